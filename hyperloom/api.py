@@ -1,0 +1,69 @@
+"""The user-facing entry points: build a model spec, make an engine on seeded random weights or
+on a Hugging Face checkpoint directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from hyperloom.config import CONFIG
+from hyperloom.errors import InputError, SpecError
+from hyperloom.ir.engine import ReferenceEngine
+from hyperloom.ir.types import DType
+from hyperloom.models import Model, family, family_of_model_type
+from hyperloom.models.checkpoint import load_weights, read_config
+from hyperloom.models.random_weights import random_weights
+
+BACKENDS = ("reference",)
+
+
+def build(model: str, config: str = "tiny", layers: int | None = None,
+          dtype: torch.dtype = torch.bfloat16) -> Model:
+    """The IR graphs of a named model config (parameters declared in `dtype`)."""
+    fam = family(model)
+    return fam.build(fam.config(config, layers), DType.of(dtype))
+
+
+def engine(model: Model, weights: dict[str, torch.Tensor], device: str | torch.device = "cpu",
+           dtype: torch.dtype = torch.float32, backend: str = "reference",
+           max_seq_len: int | None = None, max_sequences: int | None = None) -> ReferenceEngine:
+    if backend not in BACKENDS:
+        raise InputError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
+    if dtype not in (torch.float32, torch.float64):
+        raise InputError(f"the reference backend computes in float32 or float64, not {dtype}")
+    return ReferenceEngine(model.main, weights, model.vocab_size, mtp=model.mtp, device=device,
+                           dtype=dtype, max_seq_len=max_seq_len or CONFIG.max_seq_len,
+                           max_sequences=max_sequences or CONFIG.max_sequences)
+
+
+def load(model: str, config: str = "tiny", *, layers: int | None = None, seed: int = 0,
+         device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+         backend: str = "reference", **kw: int) -> ReferenceEngine:
+    """An engine on seeded random weights for a named config."""
+    spec = build(model, config, layers, dtype)
+    size = sum(p.type.dtype.torch.itemsize * int(_numel(p.type.shape))
+               for p in spec.params().values())
+    if size > CONFIG.max_random_bytes:
+        raise SpecError(f"{model} --config {config}: random weights need {size / 2**30:.1f} GiB "
+                        f"(limit max_random_bytes = {CONFIG.max_random_bytes / 2**30:.0f} GiB); "
+                        "use --layers N")
+    return engine(spec, random_weights(spec, seed), device, dtype, backend, **kw)
+
+
+def from_pretrained(path: str | Path, device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.float32, backend: str = "reference",
+                    **kw: int) -> ReferenceEngine:
+    """An engine on a Hugging Face checkpoint directory (config.json + safetensors)."""
+    path = Path(path)
+    hf = read_config(path)
+    fam = family_of_model_type(str(hf.get("model_type")))
+    spec = fam.build(fam.from_hf(hf), DType.of(dtype))
+    return engine(spec, load_weights(path, spec), device, dtype, backend, **kw)
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n

@@ -1,0 +1,1 @@
+"""Triton emitters, one per fused-kernel kind (lands with the compiler core)."""

@@ -1,0 +1,50 @@
+"""Every knob of hyperloom in one place: name, default, help. Nothing else reads os.environ.
+Tests override knobs with `overrides(...)`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+@dataclass
+class Config:
+    max_seq_len: int = field(default=4096, metadata={"help": "per-sequence cache capacity (tokens)"})
+    max_sequences: int = field(default=8, metadata={"help": "sequence slots in the state pools"})
+    verify_ir: bool = field(default_factory=lambda: _env("HYPERLOOM_VERIFY", "1") != "0",
+                            metadata={"help": "run the IR verifier after every graph edit"})
+    dump_dir: str = field(default_factory=lambda: _env("HYPERLOOM_DUMP", ""),
+                          metadata={"help": "directory for IR / plan dumps (empty: none)"})
+    max_random_bytes: int = field(default=8 << 30,
+                                  metadata={"help": "refuse seeded random weights larger than this"})
+
+
+CONFIG = Config()
+
+
+@contextmanager
+def overrides(**knobs: object) -> Iterator[Config]:
+    """Temporarily set knobs: `with overrides(max_seq_len=64): ...`."""
+    old = dataclasses.asdict(CONFIG)
+    unknown = set(knobs) - set(old)
+    if unknown:
+        raise KeyError(f"unknown knob(s) {sorted(unknown)}; knobs: {sorted(old)}")
+    for k, v in knobs.items():
+        setattr(CONFIG, k, v)
+    try:
+        yield CONFIG
+    finally:
+        for k, v in old.items():
+            setattr(CONFIG, k, v)
+
+
+def describe() -> str:
+    return "\n".join(f"{f.name} = {getattr(CONFIG, f.name)!r}  # {f.metadata.get('help', '')}"
+                     for f in dataclasses.fields(CONFIG))

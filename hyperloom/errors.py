@@ -1,0 +1,25 @@
+"""Every error hyperloom raises on bad input, by area. Each message names the offending thing."""
+
+
+class HyperloomError(Exception):
+    """Base class: the CLI prints these as one line, without a traceback."""
+
+
+class IRError(HyperloomError):
+    """A malformed graph, op or IR text (the message quotes the IR around the failing node)."""
+
+
+class SpecError(HyperloomError):
+    """A model config that cannot be built (names the config field)."""
+
+
+class CheckpointError(HyperloomError):
+    """A checkpoint that does not match the spec (names the tensor and both shapes)."""
+
+
+class CapacityError(HyperloomError):
+    """A step that would pass a sequence's capacity (names the length and the capacity)."""
+
+
+class InputError(HyperloomError):
+    """Bad runtime input: token ids out of range, a freed sequence, and the like."""

@@ -1,0 +1,99 @@
+"""The graph: an SSA list of frozen nodes in topological order, with named inputs, parameters
+(named by their checkpoint names, relative to the decoder root) and named outputs.
+
+Operands are strings with a sigil: `%name` for SSA values, `@name` for parameters. Edits make new
+graphs (`dataclasses.replace`); nothing here mutates.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from hyperloom.ir.ops import Op
+from hyperloom.ir.types import TensorType
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A weight. A `*` in the name marks a stack: on disk one tensor per index of the first dim."""
+
+    name: str
+    type: TensorType
+
+    @property
+    def stacked(self) -> bool:
+        return "*" in self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    outs: tuple[str, ...]
+    op: Op
+    args: tuple[str, ...]
+    attrs: object
+    types: tuple[TensorType, ...]
+
+    @property
+    def state(self) -> str | None:
+        return getattr(self.attrs, "state", None)
+
+
+class StateKind(enum.Enum):
+    TOKEN = "token"  # one row per cached token, indexed by position (KV, latent, indexer keys)
+    FIXED = "fixed"  # one block per sequence, overwritten each step (conv window, recurrent state)
+
+
+@dataclass(frozen=True, slots=True)
+class StateDecl:
+    """Per-sequence state of a stateful op; TOKEN shapes lead with the capacity symbol S."""
+
+    name: str
+    kind: StateKind
+    type: TensorType
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    name: str
+    inputs: tuple[tuple[str, TensorType], ...]
+    params: tuple[Param, ...]
+    nodes: tuple[Node, ...]
+    outputs: tuple[tuple[str, str], ...]  # (label, %value)
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def value_types(self) -> dict[str, TensorType]:
+        """Type of every operand: inputs, parameters and node results."""
+        types = {n: t for n, t in self.inputs} | {"@" + p.name: p.type for p in self.params}
+        for node in self.nodes:
+            types.update(zip(node.outs, node.types))
+        return types
+
+    def states(self) -> tuple[StateDecl, ...]:
+        from hyperloom.ir.signatures import state_decls
+
+        types = self.value_types()
+        return tuple(s for n in self.nodes for s in state_decls(n, [types[a] for a in n.args]))
+
+    def users(self) -> dict[str, list[Node]]:
+        out: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for a in node.args:
+                out.setdefault(a, []).append(node)
+        return out
+
+    def by_op(self, op: Op) -> Iterator[Node]:
+        return (n for n in self.nodes if n.op is op)
+
+    def __str__(self) -> str:
+        from hyperloom.ir.printer import print_graph
+
+        return print_graph(self)
+
+    __repr__ = __str__

@@ -1,0 +1,178 @@
+"""The ops of the layer IR and their typed attribute records.
+
+Ops are UPPER_SNAKE in the enum and lower_snake in IR text. Every op has its own frozen attrs record;
+stateful ops carry `state`, the name under which the runtime keeps their per-sequence state.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Op(enum.Enum):
+    EMBEDDING = "embedding"
+    CAST = "cast"
+    RMSNORM = "rmsnorm"
+    GATED_RMSNORM = "gated_rmsnorm"
+    LAYERNORM = "layernorm"
+    LINEAR = "linear"
+    ROPE = "rope"
+    ATTENTION = "attention"
+    MLA_ATTENTION = "mla_attention"
+    DSA_INDEX = "dsa_index"
+    KDA_CONV = "kda_conv"
+    KDA_GATE = "kda_gate"
+    KDA = "kda"
+    SWIGLU = "swiglu"
+    MOE_ROUTER = "moe_router"
+    MOE_EXPERTS = "moe_experts"
+    ADD = "add"
+    CONCAT = "concat"
+    RESIDUAL_ADD = "residual_add"
+    HC_EXPAND = "hc_expand"
+    HC_PRE = "hc_pre"
+    HC_POST = "hc_post"
+    HC_HEAD_MEAN = "hc_head_mean"
+    LM_HEAD = "lm_head"
+
+
+@dataclass(frozen=True, slots=True)
+class NoAttrs:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CastAttrs:
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class NormAttrs:
+    eps: float
+
+
+@dataclass(frozen=True, slots=True)
+class GatedNormAttrs:
+    eps: float
+    head_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class RopeAttrs:
+    """Rotate-half RoPE over each head; kind 'llama3' applies Llama-3 frequency scaling."""
+
+    head_dim: int
+    theta: float
+    kind: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionAttrs:
+    """Causal GQA over the sequence's KV cache; k and v of this step are written first."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scale: float
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class MLAAttrs:
+    """MLA without RoPE over a latent cache; with an index input, only the selected tokens."""
+
+    heads: int
+    qk_head_dim: int
+    v_head_dim: int
+    kv_lora_rank: int
+    scale: float
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class DSAIndexAttrs:
+    """Lightning indexer: pooled keys, top-k pools, plus the visible tail of the incomplete pool."""
+
+    heads: int
+    head_dim: int
+    topk: int
+    kpool: int
+    select_tail: bool
+    state: str
+
+    @property
+    def width(self) -> int:
+        return self.topk + (self.kpool - 1 if self.select_tail else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class KDAConvAttrs:
+    """Causal depthwise conv + SiLU over q|k|v channels; keeps the last kernel-1 inputs."""
+
+    kernel: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class KDAGateAttrs:
+    heads: int
+    head_dim: int
+    lower_bound: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class KDAAttrs:
+    heads: int
+    head_dim: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class SwiGLUAttrs:
+    limit: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RouterAttrs:
+    top_k: int
+    n_group: int
+    topk_group: int
+    norm_topk_prob: bool
+    scaling: float
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertsAttrs:
+    limit: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class HCExpandAttrs:
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class HCPreAttrs:
+    """Stream norm eps (rms_norm_eps), the floor hc_eps, and the Sinkhorn iteration count."""
+
+    n: int
+    norm_eps: float
+    hc_eps: float
+    iters: int
+
+
+ATTRS: dict[Op, type] = {
+    Op.EMBEDDING: NoAttrs, Op.CAST: CastAttrs, Op.RMSNORM: NormAttrs,
+    Op.GATED_RMSNORM: GatedNormAttrs, Op.LAYERNORM: NormAttrs, Op.LINEAR: NoAttrs,
+    Op.ROPE: RopeAttrs, Op.ATTENTION: AttentionAttrs, Op.MLA_ATTENTION: MLAAttrs,
+    Op.DSA_INDEX: DSAIndexAttrs, Op.KDA_CONV: KDAConvAttrs, Op.KDA_GATE: KDAGateAttrs,
+    Op.KDA: KDAAttrs, Op.SWIGLU: SwiGLUAttrs, Op.MOE_ROUTER: RouterAttrs,
+    Op.MOE_EXPERTS: ExpertsAttrs, Op.ADD: NoAttrs, Op.CONCAT: NoAttrs, Op.RESIDUAL_ADD: NoAttrs,
+    Op.HC_EXPAND: HCExpandAttrs, Op.HC_PRE: HCPreAttrs, Op.HC_POST: NoAttrs,
+    Op.HC_HEAD_MEAN: NoAttrs, Op.LM_HEAD: NoAttrs,
+}

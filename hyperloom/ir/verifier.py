@@ -1,0 +1,84 @@
+"""The verifier: SSA form, operand references, attribute types, shapes and dtypes, state names.
+Its errors name the failing node and quote the IR around it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+from hyperloom.errors import IRError
+from hyperloom.ir import ops
+from hyperloom.ir.graph import Graph, Node
+from hyperloom.ir.printer import context
+from hyperloom.ir.signatures import infer, state_decls
+
+_ATTR_TYPES = {"int": (int,), "float": (float,), "bool": (bool,), "str": (str,)}
+
+
+def _attr_ok(value: object, annotation: str) -> bool:
+    for alt in (a.strip() for a in annotation.split("|")):
+        if alt == "None" and value is None:
+            return True
+        allowed = _ATTR_TYPES.get(alt, ())
+        if isinstance(value, allowed) and not (alt != "bool" and isinstance(value, bool)):
+            return True
+    return False
+
+
+def check_attrs(node: Node) -> None:
+    want = ops.ATTRS[node.op]
+    if type(node.attrs) is not want:
+        raise IRError(f"{node.op.value} wants {want.__name__}, got {type(node.attrs).__name__}")
+    hints = {f.name: f.type for f in dataclasses.fields(want)}
+    for name, ann in hints.items():
+        value = getattr(node.attrs, name)
+        ann = ann if isinstance(ann, str) else typing.get_type_hints(want)[name].__name__
+        if not _attr_ok(value, ann):
+            raise IRError(f"attribute {name}={value!r} is not of type {ann}")
+
+
+def _check_node(node: Node, types: dict, states: set[str]) -> None:
+    for a in node.args:
+        if a not in types:
+            kind = "parameter" if a.startswith("@") else "value"
+            raise IRError(f"operand {a} is not a defined {kind}")
+    for o in node.outs:
+        if not o.startswith("%"):
+            raise IRError(f"result {o} must start with %")
+        if o in types:
+            raise IRError(f"{o} is defined twice (SSA)")
+    check_attrs(node)
+    args = [types[a] for a in node.args]
+    got = infer(node.op, node.attrs, args)
+    if len(got) != len(node.outs) or got != node.types:
+        have = ", ".join(map(str, node.types))
+        raise IRError(f"declared types [{have}] but the operands give [{', '.join(map(str, got))}]")
+    for s in state_decls(node, args):
+        if s.name in states:
+            raise IRError(f"state ${s.name} is used by two nodes")
+        states.add(s.name)
+
+
+def verify(graph: Graph) -> Graph:
+    """Raise IRError if `graph` is malformed; return it unchanged otherwise."""
+    types = dict(graph.inputs)
+    for p in graph.params:
+        if "@" + p.name in types:
+            raise IRError(f"graph {graph.name}: parameter @{p.name} declared twice")
+        types["@" + p.name] = p.type
+    states: set[str] = set()
+    for i, node in enumerate(graph.nodes):
+        try:
+            _check_node(node, types, states)
+        except IRError as e:
+            raise IRError(f"graph {graph.name}, node {node.outs[0]}: {e}\n{context(graph, i)}") from None
+        types.update(zip(node.outs, node.types))
+    for label, value in graph.outputs:
+        if value not in types:
+            raise IRError(f"graph {graph.name}: output {label}={value} is not defined")
+    used = {a for n in graph.nodes for a in n.args}
+    unused = [p.name for p in graph.params if "@" + p.name not in used]
+    if unused:
+        raise IRError(f"graph {graph.name}: parameters never used: {', '.join(unused[:5])}")
+    return graph
