@@ -34,7 +34,7 @@ def engine(model: Model, weights: dict[str, torch.Tensor], device: str | torch.d
         raise InputError(f"the reference backend computes in float32 or float64, not {dtype}")
     return ReferenceEngine(model.main, weights, model.vocab_size, mtp=model.mtp, device=device,
                            dtype=dtype, max_seq_len=max_seq_len or CONFIG.max_seq_len,
-                           max_sequences=max_sequences or CONFIG.max_sequences)
+                           max_sequences=max_sequences or CONFIG.max_sequences, model=model)
 
 
 def load(model: str, config: str = "tiny", *, layers: int | None = None, seed: int = 0,

@@ -38,7 +38,8 @@ class ReferenceEngine:
     def __init__(self, main: Graph, weights: dict[str, torch.Tensor], vocab_size: int, *,
                  mtp: Graph | None = None, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32, max_seq_len: int = 4096,
-                 max_sequences: int = 8):
+                 max_sequences: int = 8, model: object = None):
+        self.model = model  # the model spec these graphs came from, for reports
         self.graphs = {"main": main} | ({"mtp": mtp} if mtp else {})
         self.device, self.dtype = torch.device(device), dtype
         self.weights = {k: v.to(self.device, dtype if v.is_floating_point() else v.dtype)

@@ -1,0 +1,140 @@
+"""The `hyperloom` command: list models, dump IR, run greedy generation.
+
+Errors from hyperloom are printed as one line (`error: ...`) with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+import hyperloom
+from hyperloom.errors import HyperloomError, InputError
+from hyperloom.ir.printer import print_graph
+from hyperloom.models import FAMILIES, Model, family
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise InputError(f"--prompt-ids must be comma-separated integers, got {text!r}") from e
+
+
+def cmd_models(args: argparse.Namespace) -> None:
+    for name, fam in FAMILIES.items():
+        print(f"{name}  (model_type: {', '.join(fam.model_types)})")
+        for cname, cfg in fam.configs.items():
+            print(f"  --config {cname:<14} layers={cfg.num_hidden_layers:<3} "
+                  f"hidden={cfg.hidden_size:<5} vocab={cfg.vocab_size:<7} hc_mult={cfg.hc_mult}")
+
+
+def summary(model: Model) -> str:
+    params = sum(_numel(p.type.shape) for p in model.params().values())
+    ops = Counter(n.op.value for g in model.graphs for n in g.nodes)
+    top = ", ".join(f"{k} x{v}" for k, v in ops.most_common())
+    states = sum(len(g.states()) for g in model.graphs)
+    return (f"{model.family}: {model.config.num_hidden_layers} layers"
+            f"{' + MTP' if model.mtp else ''}, {params / 1e6:.2f}M params, {states} state "
+            f"tensors per sequence\nops: {top}")
+
+
+def cmd_dump_ir(args: argparse.Namespace) -> None:
+    model = hyperloom.build(args.model, args.config, args.layers, DTYPES[args.dtype])
+    texts = {"00_input.ir": print_graph(model.main)}
+    if model.mtp:
+        texts["00_input_mtp.ir"] = print_graph(model.mtp)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            (out / name).write_text(text)
+        print(f"wrote {', '.join(texts)} to {out}")
+    else:
+        print("\n".join(texts.values()), end="")
+
+
+def _engine(args: argparse.Namespace):
+    kw = dict(device=args.device, dtype=DTYPES[args.dtype])
+    if Path(args.model).is_dir():
+        eng = hyperloom.from_pretrained(args.model, **kw)
+        return eng, args.model, eng.model
+    family(args.model)  # a clear error for an unknown name before anything is built
+    eng = hyperloom.load(args.model, args.config, layers=args.layers, seed=args.seed, **kw)
+    what = f"{args.model} --config {args.config} (seeded random weights, seed {args.seed})"
+    return eng, what, eng.model
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    prompt = _ids(args.prompt_ids)
+    if args.max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    eng, what, model = _engine(args)
+    tokens = eng.generate(prompt, args.max_new_tokens)
+    if args.json:
+        print(json.dumps({"model": what, "backend": "reference", "prompt": prompt,
+                          "tokens": tokens}))
+        return
+    print(f"model:   {what}")
+    print("backend: reference interpreter (the compiled engine lands with the compiler core)")
+    print(summary(model))
+    print(f"prompt:  {prompt}")
+    print(f"tokens:  {tokens}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hyperloom", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("models", help="list model specs and named configs").set_defaults(
+        fn=cmd_models)
+
+    d = sub.add_parser("dump-ir", help="print the canonical IR of a model config")
+    d.add_argument("model", choices=sorted(FAMILIES))
+    _spec_args(d)
+    d.add_argument("--out", help="write the dump files into this directory instead")
+    d.set_defaults(fn=cmd_dump_ir, dtype="bfloat16")
+
+    r = sub.add_parser("run", help="greedy generation (default: tiny GLM-5.3, random weights)")
+    r.add_argument("model", nargs="?", default="glm5next", help="model name or checkpoint dir")
+    _spec_args(r)
+    r.add_argument("--prompt-ids", default="1,2,3,4,5,6,7,8,9,10,11,12")
+    r.add_argument("--max-new-tokens", type=int, default=8)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--device", default="cpu")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.set_defaults(fn=cmd_run, dtype="float32")
+    return p
+
+
+def _spec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="tiny")
+    p.add_argument("--layers", type=int, help="keep only the first N decoder layers")
+    p.add_argument("--dtype", choices=sorted(DTYPES))
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except HyperloomError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+"""The one per-dtype tolerance table: max |delta| of fp32 logits against the reference."""
+
+import torch
+
+ATOL = {
+    torch.float64: 1e-9,
+    torch.float32: 1e-4,
+    torch.bfloat16: 5e-2,  # GPU tests only: the interpreter mis-computes bf16 dots on CPU
+}
+
+
+def assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str = "") -> None:
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
+    assert torch.isfinite(got).all(), f"{what}: non-finite values"
+    delta = (got.double() - want.double()).abs().max().item()
+    assert delta <= ATOL[dtype], f"{what}: max |delta| {delta:.3g} > {ATOL[dtype]:.1g} ({dtype})"
