@@ -1,0 +1,72 @@
+"""The `hyperloom` command: its output comes from the same engine the API gives, and bad input
+is one clear line with exit status 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import hyperloom
+from hyperloom.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_run_default_is_tiny_glm_and_matches_the_api(capsys):
+    rc, out, _ = run(capsys, "run", "--json", "--prompt-ids", "5,6,7,8,9,10,11,12,13,14",
+                     "--max-new-tokens", "5")
+    assert rc == 0
+    got = json.loads(out)
+    want = hyperloom.load("glm5next", "tiny", seed=0).generate(list(range(5, 15)), 5)
+    assert got["tokens"] == want and len(want) == 5
+
+
+def test_run_text_output_names_model_and_tokens(capsys):
+    rc, out, _ = run(capsys, "run", "llama", "--config", "tiny-hc", "--max-new-tokens", "3")
+    assert rc == 0
+    assert "llama --config tiny-hc" in out and "hc_pre" in out and "tokens:" in out
+
+
+def test_dump_ir_shows_every_glm_site_and_mixer(capsys):
+    rc, out, _ = run(capsys, "dump-ir", "glm5next", "--config", "tiny")
+    assert rc == 0
+    for op in ("hc_expand(", "hc_pre(", "hc_post(", "hc_head_mean(", "kda_conv(", "kda(",
+               "dsa_index(", "mla_attention(", "moe_router(", "moe_experts(", "lm_head("):
+        assert op in out, op
+    assert out.count("graph ") == 2  # main graph and the MTP drafter
+
+
+def test_dump_ir_layers_of_the_real_config(capsys, tmp_path):
+    rc, out, _ = run(capsys, "dump-ir", "glm5next", "--config", "glm-5.3-flash", "--layers", "4",
+                     "--out", str(tmp_path))
+    assert rc == 0
+    text = (tmp_path / "00_input.ir").read_text()
+    assert text.count("kda(") == 3 and text.count("dsa_index(") == 1
+    assert text.count("moe_router(") == 1 and text.count("swiglu(") == 3 + 1  # 3 dense + shared
+    assert "bf16[T, 4096]" in text
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (("run", "--prompt-ids", "1,2,999"), "token id 999 at position 2"),
+    (("run", "--prompt-ids", "1,x"), "--prompt-ids"),
+    (("run", "nosuchmodel"), "unknown model 'nosuchmodel'"),
+    (("run", "llama", "--config", "huge"), "no config 'huge'"),
+    (("run", "llama", "--layers", "9"), "--layers 9"),
+    (("run", "glm5next", "--config", "glm-5.3-flash"), "use --layers N"),
+])
+def test_errors_are_one_line(capsys, argv, needle):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert err.startswith("error: ") and needle in err and err.count("\n") == 1
+
+
+def test_models_lists_every_config(capsys):
+    rc, out, _ = run(capsys, "models")
+    assert rc == 0
+    for name in ("tiny", "tiny-hc", "bench", "llama-3.2-1b", "llama-3-8b", "glm-5.3-flash"):
+        assert f"--config {name}" in out
