@@ -110,8 +110,10 @@ class ReferenceEngine:
         if "mtp" not in self.graphs:
             raise InputError("this model has no MTP layer (num_nextn_predict_layers = 0)")
         ids = self._ids(next_ids)
-        if hidden.shape[0] != len(ids):
-            raise InputError(f"draft: hidden has {hidden.shape[0]} rows for {len(ids)} ids")
+        want = (len(ids), int(dict(self.graphs["mtp"].inputs)["%hidden"].shape[1]))
+        if tuple(hidden.shape) != want:
+            raise InputError(f"draft: tensor hidden has shape {list(hidden.shape)}, expected "
+                             f"{list(want)} (one row per next id)")
         self._check_step([seq], [len(ids)], "draft_length")
         out = self._step("mtp", ids, [seq], [seq.draft_length], [len(ids)], hidden=hidden)
         seq.draft_length += len(ids)
@@ -163,4 +165,10 @@ class ReferenceEngine:
         slot = torch.cat([torch.full((n,), q.slot) for q, n in zip(seqs, counts)])
         inputs = {"ids": ids, "pos": pos, "slot": slot} | extra
         inputs = {k: v.to(self.device) for k, v in inputs.items()}
-        return run_graph(self.graphs[graph], self.weights, inputs, self.state, self.dtype)
+        saved = {q.slot: self.state.snapshot(q.slot) for q in seqs}
+        try:
+            return run_graph(self.graphs[graph], self.weights, inputs, self.state, self.dtype)
+        except Exception:
+            for slot, snap in saved.items():  # a failed step leaves every sequence as it was
+                self.state.restore(slot, snap)
+            raise

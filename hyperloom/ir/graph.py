@@ -7,12 +7,11 @@ graphs (`dataclasses.replace`); nothing here mutates.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hyperloom.ir.ops import Op
-from hyperloom.ir.types import TensorType
+from hyperloom.ir.types import StateDecl, TensorType
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,20 +39,6 @@ class Node:
         return getattr(self.attrs, "state", None)
 
 
-class StateKind(enum.Enum):
-    TOKEN = "token"  # one row per cached token, indexed by position (KV, latent, indexer keys)
-    FIXED = "fixed"  # one block per sequence, overwritten each step (conv window, recurrent state)
-
-
-@dataclass(frozen=True, slots=True)
-class StateDecl:
-    """Per-sequence state of a stateful op; TOKEN shapes lead with the capacity symbol S."""
-
-    name: str
-    kind: StateKind
-    type: TensorType
-
-
 @dataclass(frozen=True, slots=True)
 class Graph:
     name: str
@@ -76,7 +61,7 @@ class Graph:
         return types
 
     def states(self) -> tuple[StateDecl, ...]:
-        from hyperloom.ir.signatures import state_decls
+        from hyperloom.ir.signatures import state_decls  # signatures types nodes: import late
 
         types = self.value_types()
         return tuple(s for n in self.nodes for s in state_decls(n, [types[a] for a in n.args]))

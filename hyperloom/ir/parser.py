@@ -45,6 +45,13 @@ def parse_type(text: str) -> TensorType:
     return TensorType(DType.of(m.group(1)), tuple(dim(s) for s in split_top(m.group(2))))
 
 
+def _literal(text: str) -> object:
+    """A Python literal as repr() prints it; repr gives bare inf / nan for non-finite floats."""
+    if text in ("inf", "-inf", "nan"):
+        return float(text)
+    return ast.literal_eval(text)
+
+
 def parse_attrs(op: Op, text: str | None) -> object:
     cls = ATTRS[op]
     body = (text or "").strip()
@@ -53,7 +60,7 @@ def parse_attrs(op: Op, text: str | None) -> object:
         for item in split_top(body[1:-1]):
             key, _, value = item.partition("=")
             try:
-                fields[key.strip()] = ast.literal_eval(value.strip())
+                fields[key.strip()] = _literal(value.strip())
             except (ValueError, SyntaxError) as e:
                 raise IRError(f"bad value for attribute {key.strip()!r}: {value.strip()!r}") from e
     try:

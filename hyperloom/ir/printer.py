@@ -7,8 +7,10 @@ IR error. `parse_graph(print_graph(g)) == g` for every graph.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from hyperloom.ir.graph import Graph, Node
+if TYPE_CHECKING:
+    from hyperloom.ir.graph import Graph, Node
 
 
 def format_attrs(attrs: object) -> str:

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sympy
 
 from hyperloom.errors import IRError
 from hyperloom.ir import ops
-from hyperloom.ir.graph import Node, StateDecl, StateKind
 from hyperloom.ir.ops import Op
-from hyperloom.ir.types import DType, S, TensorType, promote
+from hyperloom.ir.types import DType, S, StateDecl, StateKind, TensorType, promote
+
+if TYPE_CHECKING:
+    from hyperloom.ir.graph import Node
 
 Types = Sequence[TensorType]
 F32 = DType.F32

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from hyperloom.errors import InputError
-from hyperloom.ir.graph import StateDecl, StateKind
-from hyperloom.ir.types import S
+from hyperloom.ir.types import S, StateDecl, StateKind
 
 
 @dataclass(frozen=True, slots=True)

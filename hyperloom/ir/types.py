@@ -93,3 +93,17 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{self.dtype.value}[{', '.join(str(s) for s in self.shape)}]"
+
+
+class StateKind(enum.Enum):
+    TOKEN = "token"  # one row per cached token, indexed by position (KV, latent, indexer keys)
+    FIXED = "fixed"  # one block per sequence, overwritten each step (conv window, recurrent state)
+
+
+@dataclass(frozen=True, slots=True)
+class StateDecl:
+    """Per-sequence state of a stateful op; TOKEN shapes lead with the capacity symbol S."""
+
+    name: str
+    kind: StateKind
+    type: TensorType

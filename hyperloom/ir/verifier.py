@@ -43,10 +43,10 @@ def _check_node(node: Node, types: dict, states: set[str]) -> None:
         if a not in types:
             kind = "parameter" if a.startswith("@") else "value"
             raise IRError(f"operand {a} is not a defined {kind}")
-    for o in node.outs:
+    for i, o in enumerate(node.outs):
         if not o.startswith("%"):
             raise IRError(f"result {o} must start with %")
-        if o in types:
+        if o in types or o in node.outs[:i]:
             raise IRError(f"{o} is defined twice (SSA)")
     check_attrs(node)
     args = [types[a] for a in node.args]
@@ -60,8 +60,20 @@ def _check_node(node: Node, types: dict, states: set[str]) -> None:
         states.add(s.name)
 
 
+def _check_interface(graph: Graph) -> None:
+    for what, names in (("input", [n for n, _ in graph.inputs]),
+                        ("output label", [label for label, _ in graph.outputs])):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise IRError(f"graph {graph.name}: {what} {', '.join(dup)} declared twice")
+    bad = [n for n, _ in graph.inputs if not n.startswith("%")]
+    if bad:
+        raise IRError(f"graph {graph.name}: input {bad[0]} must start with %")
+
+
 def verify(graph: Graph) -> Graph:
     """Raise IRError if `graph` is malformed; return it unchanged otherwise."""
+    _check_interface(graph)
     types = dict(graph.inputs)
     for p in graph.params:
         if "@" + p.name in types:
@@ -75,6 +87,8 @@ def verify(graph: Graph) -> Graph:
             raise IRError(f"graph {graph.name}, node {node.outs[0]}: {e}\n{context(graph, i)}") from None
         types.update(zip(node.outs, node.types))
     for label, value in graph.outputs:
+        if not value.startswith("%"):
+            raise IRError(f"graph {graph.name}: output {label}={value} must be a % value")
         if value not in types:
             raise IRError(f"graph {graph.name}: output {label}={value} is not defined")
     used = {a for n in graph.nodes for a in n.args}

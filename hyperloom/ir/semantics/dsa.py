@@ -14,9 +14,9 @@ from hyperloom.ir.semantics.context import Ctx
 
 def pool_keys(keys: torch.Tensor, gate: torch.Tensor, ape: torch.Tensor) -> torch.Tensor:
     """keys, gate [L, d] of cached tokens -> [L // P, d] keys of the complete pools."""
-    p = ape.shape[0]
+    p, d = ape.shape
     n = keys.shape[0] // p
-    k, g = keys[: n * p].view(n, p, -1), gate[: n * p].view(n, p, -1)
+    k, g = keys[: n * p].view(n, p, d), gate[: n * p].view(n, p, d)
     return (torch.softmax(g + ape[None], dim=1) * k).sum(1)
 
 
