@@ -70,3 +70,19 @@ def test_models_lists_every_config(capsys):
     assert rc == 0
     for name in ("tiny", "tiny-hc", "bench", "llama-3.2-1b", "llama-3-8b", "glm-5.3-flash"):
         assert f"--config {name}" in out
+
+
+def test_run_a_checkpoint_directory(capsys, tmp_path):
+    import torch
+
+    from hyperloom.models import family
+    from hyperloom.models.checkpoint import save_checkpoint
+    from hyperloom.models.random_weights import random_weights
+
+    spec = hyperloom.build("llama", "tiny", dtype=torch.float32)
+    save_checkpoint(tmp_path, family("llama"), spec, random_weights(spec, seed=9))
+    rc, out, _ = run(capsys, "run", str(tmp_path), "--json", "--prompt-ids", "3,1,4,1,5")
+    assert rc == 0
+    want = hyperloom.from_pretrained(tmp_path).generate([3, 1, 4, 1, 5], 8)
+    assert json.loads(out)["tokens"] == want
+    assert want != hyperloom.load("llama", "tiny", seed=0).generate([3, 1, 4, 1, 5], 8)

@@ -197,7 +197,7 @@ def from_hf(d: dict) -> GlmConfig:
 def to_hf(c: GlmConfig) -> dict:
     text = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(c).items()}
     text |= {"model_type": "glm5_next_text", "num_key_value_heads": c.num_attention_heads,
-             "qk_rope_head_dim": 0, "hidden_act": "silu", "pad_token_id": 0}
+             "qk_rope_head_dim": 0, "hidden_act": "silu", "pad_token_id": None}
     return {"model_type": "glm5_next", "architectures": ["Glm5NextForConditionalGeneration"],
             "text_config": text, "tie_word_embeddings": c.tie_word_embeddings}
 
