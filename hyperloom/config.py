@@ -18,10 +18,15 @@ def _env(name: str, default: str) -> str:
 class Config:
     max_seq_len: int = field(default=4096, metadata={"help": "per-sequence cache capacity (tokens)"})
     max_sequences: int = field(default=8, metadata={"help": "sequence slots in the state pools"})
-    verify_ir: bool = field(default_factory=lambda: _env("HYPERLOOM_VERIFY", "1") != "0",
-                            metadata={"help": "run the IR verifier after every graph edit"})
-    dump_dir: str = field(default_factory=lambda: _env("HYPERLOOM_DUMP", ""),
-                          metadata={"help": "directory for IR / plan dumps (empty: none)"})
+    dump_dir: str = field(default_factory=lambda: _env("HYPERLOOM_DUMP_DIR", ""),
+                          metadata={"help": "write IR / plan / kernel dumps of every compile here"})
+    kernel_cache_dir: str = field(
+        default_factory=lambda: _env("HYPERLOOM_KERNEL_CACHE",
+                                     os.path.expanduser("~/.cache/hyperloom/kernels")),
+        metadata={"help": "where generated Triton sources are written and imported from"})
+    interpret: bool = field(default_factory=lambda: _env("TRITON_INTERPRET", "0") == "1",
+                            metadata={"help": "Triton runs in its CPU interpreter (set by "
+                                      "TRITON_INTERPRET=1); dot operands are upcast to fp32"})
     max_random_bytes: int = field(default=8 << 30,
                                   metadata={"help": "refuse seeded random weights larger than this"})
 
