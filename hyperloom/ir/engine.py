@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hyperloom.errors import CapacityError, InputError
+from hyperloom.ir.derive import bind
 from hyperloom.ir.graph import Graph
 from hyperloom.ir.interpreter import run_graph
 from hyperloom.ir.state import StateStore
@@ -42,8 +43,9 @@ class ReferenceEngine:
         self.model = model  # the model spec these graphs came from, for reports
         self.graphs = {"main": main} | ({"mtp": mtp} if mtp else {})
         self.device, self.dtype = torch.device(device), dtype
-        self.weights = {k: v.to(self.device, dtype if v.is_floating_point() else v.dtype)
-                        for k, v in weights.items()}
+        weights = {k: v.to(self.device, dtype if v.is_floating_point() else v.dtype)
+                   for k, v in weights.items()}
+        self.weights = {k: v for g in self.graphs.values() for k, v in bind(g, weights).items()}
         self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
         decls = tuple(s for g in self.graphs.values() for s in g.states())
         self.state = StateStore(decls, max_sequences, max_seq_len, self.device, dtype)

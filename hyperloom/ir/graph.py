@@ -27,12 +27,28 @@ class Param:
 
 
 @dataclass(frozen=True, slots=True)
+class Derived:
+    """A weight computed from others once, when weights are bound: `concat` stacks rows,
+    `scale_cols` multiplies W [N, K] by g [K] column-wise (RMSNorm weight folding)."""
+
+    name: str
+    type: TensorType
+    kind: str
+    args: tuple[str, ...]  # @params or earlier @derived
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     outs: tuple[str, ...]
     op: Op
     args: tuple[str, ...]
     attrs: object
     types: tuple[TensorType, ...]
+    origin: tuple[str, ...] = ()  # the input-graph nodes a fused node replaces ("%3 linear")
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.origin or (f"{self.outs[0]} {self.op.value}",)
 
     @property
     def state(self) -> str | None:
@@ -46,6 +62,7 @@ class Graph:
     params: tuple[Param, ...]
     nodes: tuple[Node, ...]
     outputs: tuple[tuple[str, str], ...]  # (label, %value)
+    derived: tuple[Derived, ...] = ()
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -56,6 +73,7 @@ class Graph:
     def value_types(self) -> dict[str, TensorType]:
         """Type of every operand: inputs, parameters and node results."""
         types = {n: t for n, t in self.inputs} | {"@" + p.name: p.type for p in self.params}
+        types |= {"@" + d.name: d.type for d in self.derived}
         for node in self.nodes:
             types.update(zip(node.outs, node.types))
         return types

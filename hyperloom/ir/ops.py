@@ -35,6 +35,13 @@ class Op(enum.Enum):
     HC_POST = "hc_post"
     HC_HEAD_MEAN = "hc_head_mean"
     LM_HEAD = "lm_head"
+    # fused ops, introduced by the passes
+    NORM_LINEAR = "norm_linear"
+    SWIGLU_LINEAR = "swiglu_linear"
+    LINEAR_RESIDUAL = "linear_residual"
+    LINEAR_HC_POST = "linear_hc_post"
+    ROPE_ATTENTION = "rope_attention"
+    EMBED_STREAMS = "embed_streams"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +173,56 @@ class HCPreAttrs:
     iters: int
 
 
+@dataclass(frozen=True, slots=True)
+class NormLinearAttrs:
+    """Optional RMSNorm prologue (weight folded into W; eps None: none), one GEMM whose output
+    columns are split into `splits` results; a [T, n, K] input is first averaged over streams.
+    out_dtype '' keeps the weight dtype."""
+
+    eps: float | None
+    splits: tuple[int, ...]
+    out_dtype: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SwiGLULinearAttrs:
+    """Optional RMSNorm prologue, the gate|up GEMM (W = [gate; up]) and the SwiGLU epilogue."""
+
+    eps: float | None
+    limit: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RopeAttentionAttrs:
+    """RoPE on q and k, the KV-cache write, and causal GQA attention over the cache."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scale: float
+    state: str
+    theta: float
+    kind: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+    def attention(self) -> AttentionAttrs:
+        return AttentionAttrs(self.heads, self.kv_heads, self.head_dim, self.scale, self.state)
+
+    def rope(self) -> RopeAttrs:
+        return RopeAttrs(self.head_dim, self.theta, self.kind, self.factor, self.low_freq_factor,
+                         self.high_freq_factor, self.original_max_position)
+
+    @staticmethod
+    def of(attn: AttentionAttrs, rope: RopeAttrs) -> RopeAttentionAttrs:
+        return RopeAttentionAttrs(attn.heads, attn.kv_heads, attn.head_dim, attn.scale,
+                                  attn.state, rope.theta, rope.kind, rope.factor,
+                                  rope.low_freq_factor, rope.high_freq_factor,
+                                  rope.original_max_position)
+
+
 ATTRS: dict[Op, type] = {
     Op.EMBEDDING: NoAttrs, Op.CAST: CastAttrs, Op.RMSNORM: NormAttrs,
     Op.GATED_RMSNORM: GatedNormAttrs, Op.LAYERNORM: NormAttrs, Op.LINEAR: NoAttrs,
@@ -174,5 +231,7 @@ ATTRS: dict[Op, type] = {
     Op.KDA: KDAAttrs, Op.SWIGLU: SwiGLUAttrs, Op.MOE_ROUTER: RouterAttrs,
     Op.MOE_EXPERTS: ExpertsAttrs, Op.ADD: NoAttrs, Op.CONCAT: NoAttrs, Op.RESIDUAL_ADD: NoAttrs,
     Op.HC_EXPAND: HCExpandAttrs, Op.HC_PRE: HCPreAttrs, Op.HC_POST: NoAttrs,
-    Op.HC_HEAD_MEAN: NoAttrs, Op.LM_HEAD: NoAttrs,
+    Op.HC_HEAD_MEAN: NoAttrs, Op.LM_HEAD: NoAttrs, Op.NORM_LINEAR: NormLinearAttrs,
+    Op.SWIGLU_LINEAR: SwiGLULinearAttrs, Op.LINEAR_RESIDUAL: NoAttrs, Op.LINEAR_HC_POST: NoAttrs,
+    Op.ROPE_ATTENTION: RopeAttentionAttrs, Op.EMBED_STREAMS: HCExpandAttrs,
 }

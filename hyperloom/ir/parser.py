@@ -6,13 +6,14 @@ import ast
 import re
 
 from hyperloom.errors import IRError
-from hyperloom.ir.graph import Graph, Node, Param
+from hyperloom.ir.graph import Derived, Graph, Node, Param
 from hyperloom.ir.ops import ATTRS, Op
 from hyperloom.ir.types import DType, TensorType, dim
 
 _TYPE = re.compile(r"^(\w+)\[(.*)\]$")
 _HEADER = re.compile(r"^graph\s+([\w.\-]+)\((.*)\)\s*\{$")
 _NODE = re.compile(r"^(%[\w.]+(?:\s*,\s*%[\w.]+)*)\s*=\s*(\w+)\((.*?)\)(\s*\{.*\})?\s*:\s*(.+)$")
+_DERIVE = re.compile(r"^derive @(\S+) : (.+) = (\w+)\((.*)\)$")
 _OPS = {op.value: op for op in Op}
 
 
@@ -70,6 +71,7 @@ def parse_attrs(op: Op, text: str | None) -> object:
 
 
 def parse_node(line: str) -> Node:
+    line, _, fused = line.partition("  # fused: ")
     m = _NODE.match(line)
     if not m:
         raise IRError(f"cannot parse IR line: {line!r}")
@@ -83,6 +85,7 @@ def parse_node(line: str) -> Node:
         args=tuple(split_top(args)),
         attrs=parse_attrs(op, attrs),
         types=tuple(parse_type(t) for t in split_top(types)),
+        origin=tuple(x.strip() for x in fused.split(",")) if fused else (),
     )
 
 
@@ -97,9 +100,15 @@ def parse_graph(text: str) -> Graph:
     if not m or lines[-1] != "}":
         raise IRError("IR text must be 'graph NAME(inputs) { ... }'")
     inputs = tuple(_parse_input(x) for x in split_top(m.group(2)))
-    params, nodes, outputs = [], [], ()
+    params, derived, nodes, outputs = [], [], [], ()
     for line in lines[1:-1]:
-        if line.startswith("param @"):
+        if line.startswith("derive @"):
+            d = _DERIVE.match(line)
+            if not d:
+                raise IRError(f"cannot parse IR line: {line!r}")
+            derived.append(Derived(d.group(1), parse_type(d.group(2)), d.group(3),
+                                   tuple(split_top(d.group(4)))))
+        elif line.startswith("param @"):
             name, _, ty = line[len("param @"):].partition(" : ")
             params.append(Param(name.strip(), parse_type(ty)))
         elif line.startswith("state $"):
@@ -108,4 +117,4 @@ def parse_graph(text: str) -> Graph:
             outputs = tuple(tuple(x.split("=")) for x in split_top(line[len("return "):]))
         else:
             nodes.append(parse_node(line))
-    return Graph(m.group(1), inputs, tuple(params), tuple(nodes), outputs)
+    return Graph(m.group(1), inputs, tuple(params), tuple(nodes), outputs, tuple(derived))

@@ -24,7 +24,8 @@ def format_attrs(attrs: object) -> str:
 def print_node(node: Node) -> str:
     types = ", ".join(str(t) for t in node.types)
     call = f"{node.op.value}({', '.join(node.args)})"
-    return f"{', '.join(node.outs)} = {call}{format_attrs(node.attrs)} : {types}"
+    fused = f"  # fused: {', '.join(node.origin)}" if node.origin else ""
+    return f"{', '.join(node.outs)} = {call}{format_attrs(node.attrs)} : {types}{fused}"
 
 
 def header(graph: Graph) -> str:
@@ -35,6 +36,8 @@ def header(graph: Graph) -> str:
 def graph_lines(graph: Graph) -> list[str]:
     lines = [header(graph)]
     lines += [f"  param @{p.name} : {p.type}" for p in graph.params]
+    lines += [f"  derive @{d.name} : {d.type} = {d.kind}({', '.join(d.args)})"
+              for d in graph.derived]
     lines += [f"  state ${s.name} : {s.kind.value} {s.type}" for s in graph.states()]
     lines += [f"  {print_node(n)}" for n in graph.nodes]
     lines.append("  return " + ", ".join(f"{label}={v}" for label, v in graph.outputs))

@@ -244,6 +244,51 @@ def _lm_head(a: Types, _: object) -> tuple[TensorType, ...]:
     return (TensorType.make(F32, x.shape[0], w.shape[0]),)
 
 
+def _gemm_in(x: TensorType, w: TensorType, eps: float | None) -> None:
+    _need(w.rank == 2, f"weight must be [N, K], got {w}")
+    _need(x.rank in (2, 3) and x.shape[-1] == w.shape[1], f"x {x} does not match weight {w}")
+    _need(x.rank == 2 or eps is not None, f"a stream input {x} needs the norm prologue")
+
+
+def _norm_linear(a: Types, at: ops.NormLinearAttrs) -> tuple[TensorType, ...]:
+    x, w = a
+    _gemm_in(x, w, at.eps)
+    _need(sum(at.splits) == w.shape[0], f"splits {at.splits} do not add up to {w.shape[0]} rows")
+    dt = DType.of(at.out_dtype) if at.out_dtype else w.dtype
+    return tuple(TensorType.make(dt, x.shape[0], s) for s in at.splits)
+
+
+def _swiglu_linear(a: Types, at: ops.SwiGLULinearAttrs) -> tuple[TensorType, ...]:
+    x, w = a
+    _gemm_in(x, w, at.eps)
+    _need(sympy.Mod(w.shape[0], 2) == 0, f"gate|up weight {w} must have an even row count")
+    return (w.with_shape(x.shape[0], w.shape[0] / 2),)
+
+
+def _linear_residual(a: Types, _: object) -> tuple[TensorType, ...]:
+    x, w, stream = a
+    (f,) = _linear((x, w), None)
+    return _same((stream, f), None)
+
+
+def _linear_hc_post(a: Types, _: object) -> tuple[TensorType, ...]:
+    x, w, streams, post, comb = a
+    (f,) = _linear((x, w), None)
+    return _hc_post((f, streams, post, comb), None)
+
+
+def _rope_attention(a: Types, at: ops.RopeAttentionAttrs) -> tuple[TensorType, ...]:
+    _rope((a[0], a[4]), at.rope())
+    return _attention(a, at.attention())
+
+
+def _embed_streams(a: Types, at: ops.HCExpandAttrs) -> tuple[TensorType, ...]:
+    (x,) = _embedding(a, None)
+    if at.n == 1:
+        return (x.with_dtype(F32),)
+    return _hc_expand((x,), at)
+
+
 @dataclass(frozen=True, slots=True)
 class Signature:
     arity: tuple[int, ...]
@@ -275,6 +320,12 @@ SIGNATURES: dict[Op, Signature] = {
     Op.HC_POST: Signature((4,), _hc_post),
     Op.HC_HEAD_MEAN: Signature((1,), _hc_head_mean),
     Op.LM_HEAD: Signature((2,), _lm_head),
+    Op.NORM_LINEAR: Signature((2,), _norm_linear),
+    Op.SWIGLU_LINEAR: Signature((2,), _swiglu_linear),
+    Op.LINEAR_RESIDUAL: Signature((3,), _linear_residual),
+    Op.LINEAR_HC_POST: Signature((5,), _linear_hc_post),
+    Op.ROPE_ATTENTION: Signature((5,), _rope_attention),
+    Op.EMBED_STREAMS: Signature((2,), _embed_streams),
 }
 
 
@@ -291,7 +342,7 @@ def infer(op: Op, attrs: object, args: Types) -> tuple[TensorType, ...]:
 def state_decls(node: Node, args: Types) -> tuple[StateDecl, ...]:
     """The per-sequence state `node` reads and writes (empty for stateless ops)."""
     at, tok, fixed = node.attrs, StateKind.TOKEN, StateKind.FIXED
-    if node.op is Op.ATTENTION:
+    if node.op in (Op.ATTENTION, Op.ROPE_ATTENTION):
         kv = TensorType.make(args[1].dtype, S, at.kv_heads, at.head_dim)
         return (StateDecl(at.state + ".k", tok, kv), StateDecl(at.state + ".v", tok, kv))
     if node.op is Op.MLA_ATTENTION:

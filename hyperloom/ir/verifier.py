@@ -9,7 +9,8 @@ import typing
 
 from hyperloom.errors import IRError
 from hyperloom.ir import ops
-from hyperloom.ir.graph import Graph, Node
+from hyperloom.ir.derive import derived_type
+from hyperloom.ir.graph import Derived, Graph, Node
 from hyperloom.ir.printer import context
 from hyperloom.ir.signatures import infer, state_decls
 
@@ -17,6 +18,8 @@ _ATTR_TYPES = {"int": (int,), "float": (float,), "bool": (bool,), "str": (str,)}
 
 
 def _attr_ok(value: object, annotation: str) -> bool:
+    if annotation.startswith("tuple[int"):
+        return isinstance(value, tuple) and all(type(v) is int for v in value)
     for alt in (a.strip() for a in annotation.split("|")):
         if alt == "None" and value is None:
             return True
@@ -60,6 +63,21 @@ def _check_node(node: Node, types: dict, states: set[str]) -> None:
         states.add(s.name)
 
 
+def _check_derived(graph: Graph, d: Derived, types: dict) -> None:
+    where = f"graph {graph.name}, derive @{d.name}"
+    if "@" + d.name in types:
+        raise IRError(f"{where}: declared twice")
+    missing = [a for a in d.args if a not in types]
+    if missing:
+        raise IRError(f"{where}: operand {missing[0]} is not a defined parameter")
+    try:
+        want = derived_type(d.kind, [types[a] for a in d.args])
+    except IRError as e:
+        raise IRError(f"{where}: {e}") from None
+    if want != d.type:
+        raise IRError(f"{where}: declared {d.type} but the operands give {want}")
+
+
 def _check_interface(graph: Graph) -> None:
     for what, names in (("input", [n for n, _ in graph.inputs]),
                         ("output label", [label for label, _ in graph.outputs])):
@@ -79,6 +97,9 @@ def verify(graph: Graph) -> Graph:
         if "@" + p.name in types:
             raise IRError(f"graph {graph.name}: parameter @{p.name} declared twice")
         types["@" + p.name] = p.type
+    for d in graph.derived:
+        _check_derived(graph, d, types)
+        types["@" + d.name] = d.type
     states: set[str] = set()
     for i, node in enumerate(graph.nodes):
         try:
@@ -91,8 +112,8 @@ def verify(graph: Graph) -> Graph:
             raise IRError(f"graph {graph.name}: output {label}={value} must be a % value")
         if value not in types:
             raise IRError(f"graph {graph.name}: output {label}={value} is not defined")
-    used = {a for n in graph.nodes for a in n.args}
-    unused = [p.name for p in graph.params if "@" + p.name not in used]
+    used = {a for n in graph.nodes for a in n.args} | {a for d in graph.derived for a in d.args}
+    unused = [p.name for p in graph.params + graph.derived if "@" + p.name not in used]
     if unused:
         raise IRError(f"graph {graph.name}: parameters never used: {', '.join(unused[:5])}")
     return graph

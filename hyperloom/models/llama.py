@@ -62,9 +62,8 @@ def build(c: LlamaConfig, dtype: DType) -> Model:
         res.site(p + "hc_ffn", p + "post_attention_layernorm.weight",
                  lambda x, p=p: blocks.swiglu_mlp(b, p + "mlp.", x, c.intermediate_size, None))
     head = "embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight"
-    logits, hidden = blocks.lm_head(b, res.finish(), "norm.weight", head, c.vocab_size,
-                                    c.rms_norm_eps)
-    return Model("llama", c, b.finish(logits=logits, hidden=hidden), None, c.vocab_size)
+    logits, _ = blocks.lm_head(b, res.finish(), "norm.weight", head, c.vocab_size, c.rms_norm_eps)
+    return Model("llama", c, b.finish(logits=logits), None, c.vocab_size)
 
 
 def from_hf(d: dict) -> LlamaConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hyperloom.ir.ops import Op
-from hyperloom.ir.semantics import attention, dense, dsa, hc, kda, moe
+from hyperloom.ir.semantics import attention, dense, dsa, fused, hc, kda, moe
 from hyperloom.ir.semantics.context import Ctx
 
 EVAL: dict[Op, Callable] = {
@@ -18,7 +18,10 @@ EVAL: dict[Op, Callable] = {
     Op.DSA_INDEX: dsa.dsa_index, Op.KDA_CONV: kda.kda_conv, Op.KDA_GATE: kda.kda_gate,
     Op.KDA: kda.kda, Op.MOE_ROUTER: moe.moe_router, Op.MOE_EXPERTS: moe.moe_experts,
     Op.HC_EXPAND: hc.hc_expand, Op.HC_PRE: hc.hc_pre, Op.HC_POST: hc.hc_post,
-    Op.HC_HEAD_MEAN: hc.hc_head_mean,
+    Op.HC_HEAD_MEAN: hc.hc_head_mean, Op.NORM_LINEAR: fused.norm_linear,
+    Op.SWIGLU_LINEAR: fused.swiglu_linear, Op.LINEAR_RESIDUAL: fused.linear_residual,
+    Op.LINEAR_HC_POST: fused.linear_hc_post, Op.ROPE_ATTENTION: fused.rope_attention,
+    Op.EMBED_STREAMS: fused.embed_streams,
 }
 
 __all__ = ["EVAL", "Ctx"]

@@ -1,0 +1,130 @@
+"""Epilogue and prologue fusions: SwiGLU into the gate|up GEMM, the residual add and hc_post into
+the projection that produces the block output (so each site reads and writes the highway once),
+RoPE into attention's KV write, and the embedding gather into the highway's first write."""
+
+from __future__ import annotations
+
+from hyperloom.ir import ops
+from hyperloom.ir.graph import Graph, Node
+from hyperloom.ir.ops import Op
+from hyperloom.passes.rewrite import PassResult, make_node, producers, rebuild, sole_user
+
+
+def _plain_gemm(node: Node | None) -> bool:
+    """A projection with no prologue and one result: LINEAR, or a one-split norm_linear."""
+    if node is None:
+        return False
+    if node.op is Op.LINEAR:
+        return True
+    return node.op is Op.NORM_LINEAR and node.attrs.eps is None and len(node.outs) == 1 \
+        and node.attrs.out_dtype == ""
+
+
+class _Fuser:
+    """Walks the nodes of one op; `fuse` returns (new node, index of the producer to drop) or a
+    reason to decline."""
+
+    def __init__(self, graph: Graph):
+        self.graph, self.users, self.prod = graph, graph.users(), producers(graph)
+        self.index = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.replace: dict[int, Node] = {}
+        self.drop: set[int] = set()
+        self.declined: list[str] = []
+
+    def single(self, value: str) -> Node | None:
+        """The producer of `value` when `value` has no other reader."""
+        if value not in self.prod or sole_user(self.graph, value, self.users) is None:
+            return None
+        return self.prod[value]
+
+    def run(self, op: Op, fuse) -> PassResult:
+        for i, node in enumerate(self.graph.nodes):
+            if node.op is not op:
+                continue
+            got = fuse(self, node)
+            if isinstance(got, str):
+                self.declined.append(got)
+                continue
+            new, gone = got
+            self.replace[i] = new
+            self.drop |= {self.index[id(g)] for g in gone}
+        return rebuild(self.graph, self.replace, self.drop), tuple(self.declined)
+
+
+def _swiglu(f: _Fuser, node: Node):
+    gate, up = node.args
+    src = f.prod.get(gate)
+    ok = (src is not None and src.op is Op.NORM_LINEAR and src.outs == (gate, up)
+          and all(sole_user(f.graph, v, f.users) is node for v in (gate, up)))
+    if not ok:
+        return f"cannot fuse {node.outs[0]} swiglu into a GEMM: {gate}, {up} are not the only " \
+               "two results of one projection"
+    attrs = ops.SwiGLULinearAttrs(src.attrs.eps, node.attrs.limit)
+    return make_node(f.graph, node.outs, Op.SWIGLU_LINEAR, src.args, attrs, [src, node]), [src]
+
+
+def fuse_swiglu(graph: Graph) -> PassResult:
+    return _Fuser(graph).run(Op.SWIGLU, _swiglu)
+
+
+def _residual(f: _Fuser, node: Node):
+    stream, out = node.args
+    src = f.single(out)
+    if not _plain_gemm(src):
+        return f"cannot fuse {node.outs[0]} residual_add into a GEMM: {out} is not the sole " \
+               "result of a plain projection"
+    return make_node(f.graph, node.outs, Op.LINEAR_RESIDUAL, (*src.args, stream),
+                     ops.NoAttrs(), [src, node]), [src]
+
+
+def fuse_residual(graph: Graph) -> PassResult:
+    return _Fuser(graph).run(Op.RESIDUAL_ADD, _residual)
+
+
+def _hc_post(f: _Fuser, node: Node):
+    out, streams, post, comb = node.args
+    src = f.single(out)
+    if not _plain_gemm(src):
+        kind = f.prod[out].op.value if out in f.prod else "an input"
+        return f"cannot fuse {node.outs[0]} hc_post into a GEMM: {out} comes from {kind}, " \
+               "not a plain projection with one user"
+    return make_node(f.graph, node.outs, Op.LINEAR_HC_POST, (*src.args, streams, post, comb),
+                     ops.NoAttrs(), [src, node]), [src]
+
+
+def fuse_hc_post(graph: Graph) -> PassResult:
+    return _Fuser(graph).run(Op.HC_POST, _hc_post)
+
+
+def _rope_attention(f: _Fuser, node: Node):
+    q, k, v, slot, pos = node.args
+    rq, rk = f.single(q), f.single(k)
+    ok = all(r is not None and r.op is Op.ROPE and r.args[1] == pos for r in (rq, rk)) \
+        and rq.attrs == rk.attrs
+    if not ok:
+        return f"cannot fuse RoPE into {node.outs[0]} attention: q and k are not both roped " \
+               "once, at the row positions"
+    attrs = ops.RopeAttentionAttrs.of(node.attrs, rq.attrs)
+    args = (rq.args[0], rk.args[0], v, slot, pos)
+    return make_node(f.graph, node.outs, Op.ROPE_ATTENTION, args, attrs, [rq, rk, node]), [rq, rk]
+
+
+def fuse_rope_attention(graph: Graph) -> PassResult:
+    return _Fuser(graph).run(Op.ATTENTION, _rope_attention)
+
+
+def _embedding(f: _Fuser, node: Node):
+    src = f.single(node.args[0])
+    if src is None or src.op is not Op.EMBEDDING:
+        return f"cannot fuse {node.outs[0]} {node.op.value} into the embedding gather"
+    if node.op is Op.CAST and node.attrs.dtype != "f32":
+        return f"cannot fuse {node.outs[0]} cast to {node.attrs.dtype} into the embedding"
+    n = node.attrs.n if node.op is Op.HC_EXPAND else 1
+    return make_node(f.graph, node.outs, Op.EMBED_STREAMS, src.args,
+                     ops.HCExpandAttrs(n), [src, node]), [src]
+
+
+def fuse_embedding(graph: Graph) -> PassResult:
+    g, d1 = _Fuser(graph).run(Op.HC_EXPAND, _embedding)
+    g, d2 = _Fuser(g).run(Op.CAST, _embedding)
+    return g, d1 + d2
