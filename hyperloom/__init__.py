@@ -5,12 +5,13 @@ interpreter defines what every op means; passes, codegen and the runtime compile
 Triton kernels replayed as CUDA graphs.
 """
 
-from hyperloom.api import build, engine, from_pretrained, load
+import hyperloom.config  # noqa: F401  (first: it picks Triton's interpreter when there is no GPU)
+from hyperloom.api import build, compile, engine, from_pretrained, load
 from hyperloom.errors import (
     CapacityError, CheckpointError, HyperloomError, InputError, IRError, SpecError,
 )
 
 __all__ = [
-    "build", "engine", "from_pretrained", "load", "CapacityError", "CheckpointError",
+    "build", "compile", "engine", "from_pretrained", "load", "CapacityError", "CheckpointError",
     "HyperloomError", "InputError", "IRError", "SpecError",
 ]

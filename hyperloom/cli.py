@@ -61,8 +61,32 @@ def cmd_dump_ir(args: argparse.Namespace) -> None:
         print("\n".join(texts.values()), end="")
 
 
+def _compilations(args: argparse.Namespace):
+    from hyperloom.codegen.compilation import compile_graph
+
+    model = hyperloom.build(args.model, args.config, args.layers, DTYPES[args.dtype])
+    named = {"main": model.main} | ({"mtp": model.mtp} if model.mtp else {})
+    return {n: compile_graph(g, args.max_rows) for n, g in named.items()}
+
+
+def cmd_compile(args: argparse.Namespace) -> None:
+    from hyperloom.codegen.compilation import write_dump
+
+    out = Path(args.dump)
+    for name, comp in _compilations(args).items():
+        files = write_dump(comp, out, "" if name == "main" else f"{name}_")
+        print(f"{name}: {len(comp.stages) - 1} passes, {len(comp.plan.kernels)} kernels, "
+              f"arena {comp.arena.total_bytes} B (naive {comp.arena.naive_bytes} B); "
+              f"{len(files)} files in {out}")
+
+
+def cmd_dump_plan(args: argparse.Namespace) -> None:
+    for comp in _compilations(args).values():
+        print(comp.plan.text(), end="")
+
+
 def _engine(args: argparse.Namespace):
-    kw = dict(device=args.device, dtype=DTYPES[args.dtype])
+    kw = dict(device=args.device, dtype=DTYPES[args.dtype], backend=args.backend)
     if Path(args.model).is_dir():
         eng = hyperloom.from_pretrained(args.model, **kw)
         return eng, args.model, eng.model
@@ -79,12 +103,17 @@ def cmd_run(args: argparse.Namespace) -> None:
     eng, what, model = _engine(args)
     tokens = eng.generate(prompt, args.max_new_tokens)
     if args.json:
-        print(json.dumps({"model": what, "backend": "reference", "prompt": prompt,
+        print(json.dumps({"model": what, "backend": args.backend, "prompt": prompt,
                           "tokens": tokens}))
         return
     print(f"model:   {what}")
-    print("backend: reference interpreter (the compiled engine lands with the compiler core)")
+    print(f"backend: {args.backend}")
     print(summary(model))
+    for name, prog in getattr(eng, "programs", {}).items():
+        plan = prog.plan
+        print(f"kernels ({name}): {len(plan.kernels)} entries, "
+              f"{sum(k.launches for k in plan.kernels)} launches per step, "
+              f"{len(plan.fallbacks)} on the interpreter; arena {prog.arena.total_bytes} B")
     print(f"prompt:  {prompt}")
     print(f"tokens:  {tokens}")
 
@@ -101,6 +130,19 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--out", help="write the dump files into this directory instead")
     d.set_defaults(fn=cmd_dump_ir, dtype="bfloat16")
 
+    c = sub.add_parser("compile", help="compile a config and dump every stage, plan and kernel")
+    c.add_argument("model", choices=sorted(FAMILIES))
+    _spec_args(c)
+    c.add_argument("--dump", required=True, help="directory for the dump files")
+    c.add_argument("--max-rows", type=int, default=256, help="rows per step the arena holds")
+    c.set_defaults(fn=cmd_compile, dtype="bfloat16")
+
+    q = sub.add_parser("dump-plan", help="print the kernel plan, one line per kernel")
+    q.add_argument("model", choices=sorted(FAMILIES))
+    _spec_args(q)
+    q.add_argument("--max-rows", type=int, default=256)
+    q.set_defaults(fn=cmd_dump_plan, dtype="bfloat16")
+
     r = sub.add_parser("run", help="greedy generation (default: tiny GLM-5.3, random weights)")
     r.add_argument("model", nargs="?", default="glm5next", help="model name or checkpoint dir")
     _spec_args(r)
@@ -109,6 +151,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--device", default="cpu")
     r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.add_argument("--backend", choices=hyperloom.api.BACKENDS, default="compiled")
     r.set_defaults(fn=cmd_run, dtype="float32")
     return p
 

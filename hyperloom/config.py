@@ -18,6 +18,7 @@ def _env(name: str, default: str) -> str:
 class Config:
     max_seq_len: int = field(default=4096, metadata={"help": "per-sequence cache capacity (tokens)"})
     max_sequences: int = field(default=8, metadata={"help": "sequence slots in the state pools"})
+    prefill_chunk: int = field(default=256, metadata={"help": "rows per prefill step (arena rows)"})
     dump_dir: str = field(default_factory=lambda: _env("HYPERLOOM_DUMP_DIR", ""),
                           metadata={"help": "write IR / plan / kernel dumps of every compile here"})
     kernel_cache_dir: str = field(
@@ -25,12 +26,22 @@ class Config:
                                      os.path.expanduser("~/.cache/hyperloom/kernels")),
         metadata={"help": "where generated Triton sources are written and imported from"})
     interpret: bool = field(default_factory=lambda: _env("TRITON_INTERPRET", "0") == "1",
-                            metadata={"help": "Triton runs in its CPU interpreter (set by "
-                                      "TRITON_INTERPRET=1); dot operands are upcast to fp32"})
+                            metadata={"help": "Triton runs in its CPU interpreter (TRITON_INTERPRET"
+                                      "=1, the default without CUDA); dot operands upcast to fp32"})
     max_random_bytes: int = field(default=8 << 30,
                                   metadata={"help": "refuse seeded random weights larger than this"})
 
 
+def _default_interpreter() -> None:
+    """Without CUDA, Triton can only run its interpreter, and it must know before it is first
+    imported: hyperloom imports this module before anything imports triton."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_default_interpreter()
 CONFIG = Config()
 
 

@@ -23,3 +23,7 @@ class CapacityError(HyperloomError):
 
 class InputError(HyperloomError):
     """Bad runtime input: token ids out of range, a freed sequence, and the like."""
+
+
+class CodegenError(HyperloomError):
+    """A kernel-plan entry that no emitter can generate (names the emitters that exist)."""

@@ -10,6 +10,11 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_configure(config):
+    # tiny tensors on 2 cores: OpenMP fork/join costs far more than the math
+    torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -14,3 +14,11 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what
     assert torch.isfinite(got).all(), f"{what}: non-finite values"
     delta = (got.double() - want.double()).abs().max().item()
     assert delta <= ATOL[dtype], f"{what}: max |delta| {delta:.3g} > {ATOL[dtype]:.1g} ({dtype})"
+
+
+def assert_rel(got: torch.Tensor, want: torch.Tensor, tol: float, what: str = "") -> None:
+    """Relative error ||got - want|| / ||want|| <= tol (bf16 kernels on the GPU: tol 1e-2)."""
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
+    assert torch.isfinite(got).all(), f"{what}: non-finite values"
+    err = ((got.double() - want.double()).norm() / want.double().norm()).item()
+    assert err <= tol, f"{what}: relative error {err:.3g} > {tol:.1g}"

@@ -1,1 +1,31 @@
-"""Triton emitters, one per fused-kernel kind (lands with the compiler core)."""
+"""Triton codegen: one emitter per fused-kernel kind, listed in EMITTERS. Each emitter turns a
+kernel-plan entry into deterministic Triton source whose header lists what it fused."""
+
+from __future__ import annotations
+
+from hyperloom.codegen.emitters import attention, embedding, hc_pre, matmul
+from hyperloom.codegen.specs import attention_spec, embedding_spec, hc_pre_spec, matmul_spec
+from hyperloom.errors import CodegenError
+from hyperloom.ir.printer import print_node
+from hyperloom.passes.kernel_plan import INTERPRETER, KernelEntry
+
+EMITTERS = {  # emitter kind -> (spec from the node and operand types, its module)
+    "matmul": (matmul_spec, matmul), "hc_pre": (hc_pre_spec, hc_pre),
+    "embedding": (embedding_spec, embedding), "attention": (attention_spec, attention),
+}
+
+
+def header(entry: KernelEntry) -> str:
+    return "\n".join([f"{entry.name}: {entry.emitter}", f"fuses: {', '.join(entry.node.sources)}",
+                      f"node: {print_node(entry.node)}", *entry.bindings])
+
+
+def kernel_source(entry: KernelEntry, types: dict) -> str | None:
+    """The generated Triton source of a plan entry (None for interpreter fallbacks)."""
+    if entry.emitter == INTERPRETER:
+        return None
+    if entry.emitter not in EMITTERS:
+        raise CodegenError(f"no emitter {entry.emitter!r} for {entry.name}; emitters: "
+                           f"{', '.join(EMITTERS)}")
+    make_spec, module = EMITTERS[entry.emitter]
+    return module.source(entry.name, make_spec(entry.node, types), header(entry))

@@ -35,34 +35,30 @@ class Snapshot:
     fixed: dict[str, torch.Tensor] = field(repr=False)
 
 
-class ReferenceEngine:
-    def __init__(self, main: Graph, weights: dict[str, torch.Tensor], vocab_size: int, *,
-                 mtp: Graph | None = None, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32, max_seq_len: int = 4096,
-                 max_sequences: int = 8, model: object = None):
+class Engine:
+    """Sequence bookkeeping, input checks and the step API; subclasses run the graphs."""
+
+    prefill_chunk: int | None = None  # rows per prefill step (None: the whole prompt)
+
+    def __init__(self, graphs: dict[str, Graph], state: StateStore, vocab_size: int,
+                 max_seq_len: int, max_sequences: int, model: object = None):
         self.model = model  # the model spec these graphs came from, for reports
-        self.graphs = {"main": main} | ({"mtp": mtp} if mtp else {})
-        self.device, self.dtype = torch.device(device), dtype
-        weights = {k: v.to(self.device, dtype if v.is_floating_point() else v.dtype)
-                   for k, v in weights.items()}
-        self.weights = {k: v for g in self.graphs.values() for k, v in bind(g, weights).items()}
+        self.graphs, self.state = graphs, state
         self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
-        decls = tuple(s for g in self.graphs.values() for s in g.states())
-        self.state = StateStore(decls, max_sequences, max_seq_len, self.device, dtype)
+        self.max_sequences = max_sequences
         self._free = list(range(max_sequences))
+
+    def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
 
     # -- sequences ---------------------------------------------------------------------------
     def new_sequence(self) -> Sequence:
         if not self._free:
-            raise CapacityError(f"all {self.state_slots} sequence slots are in use "
+            raise CapacityError(f"all {self.max_sequences} sequence slots are in use "
                                 "(max_sequences); free one first")
         seq = Sequence(self._free.pop(0))
         self.state.reset(seq.slot)
         return seq
-
-    @property
-    def state_slots(self) -> int:
-        return next(iter(self.state.tensors.values())).shape[0] if self.state.tensors else 0
 
     def free(self, seq: Sequence) -> None:
         self._check_live([seq])
@@ -80,11 +76,7 @@ class ReferenceEngine:
     # -- steps -------------------------------------------------------------------------------
     def prefill(self, seq: Sequence, ids: Seq[int] | torch.Tensor) -> torch.Tensor:
         """Logits [len(ids), vocab] fp32 for every prompt position."""
-        ids = self._ids(ids)
-        self._check_step([seq], [len(ids)], "length")
-        out = self._step("main", ids, [seq], [seq.length], [len(ids)])
-        seq.length += len(ids)
-        return out["logits"].float()
+        return self.hidden(seq, ids)["logits"].float()
 
     def decode(self, seqs: Seq[Sequence], ids: Seq[int] | torch.Tensor) -> torch.Tensor:
         """One new token for each sequence; logits [len(seqs), vocab] fp32."""
@@ -101,9 +93,16 @@ class ReferenceEngine:
         """Like prefill, but returns every output of the main graph (logits and final hidden)."""
         ids = self._ids(ids)
         self._check_step([seq], [len(ids)], "length")
-        out = self._step("main", ids, [seq], [seq.length], [len(ids)])
-        seq.length += len(ids)
-        return out
+        chunk, outs, snap = self.prefill_chunk or len(ids), [], self.snapshot(seq)
+        try:
+            for lo in range(0, len(ids), chunk):
+                part = ids[lo: lo + chunk]
+                outs.append(self._step("main", part, [seq], [seq.length], [len(part)]))
+                seq.length += len(part)
+        except Exception:
+            self.rollback(seq, snap)  # a failed chunk undoes the whole prompt
+            raise
+        return {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
 
     def draft(self, seq: Sequence, next_ids: Seq[int] | torch.Tensor,
               hidden: torch.Tensor) -> torch.Tensor:
@@ -166,11 +165,31 @@ class ReferenceEngine:
         pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, counts)])
         slot = torch.cat([torch.full((n,), q.slot) for q, n in zip(seqs, counts)])
         inputs = {"ids": ids, "pos": pos, "slot": slot} | extra
-        inputs = {k: v.to(self.device) for k, v in inputs.items()}
         saved = {q.slot: self.state.snapshot(q.slot) for q in seqs}
         try:
-            return run_graph(self.graphs[graph], self.weights, inputs, self.state, self.dtype)
+            return self._run(graph, inputs)
         except Exception:
             for slot, snap in saved.items():  # a failed step leaves every sequence as it was
                 self.state.restore(slot, snap)
             raise
+
+
+class ReferenceEngine(Engine):
+    """The engine API on the reference interpreter, computing in fp32 or fp64."""
+
+    def __init__(self, main: Graph, weights: dict[str, torch.Tensor], vocab_size: int, *,
+                 mtp: Graph | None = None, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32, max_seq_len: int = 4096,
+                 max_sequences: int = 8, model: object = None):
+        graphs = {"main": main} | ({"mtp": mtp} if mtp else {})
+        self.device, self.dtype = torch.device(device), dtype
+        weights = {k: v.to(self.device, dtype if v.is_floating_point() else v.dtype)
+                   for k, v in weights.items()}
+        self.weights = {k: v for g in graphs.values() for k, v in bind(g, weights).items()}
+        decls = tuple(s for g in graphs.values() for s in g.states())
+        state = StateStore(decls, max_sequences, max_seq_len, self.device, dtype)
+        super().__init__(graphs, state, vocab_size, max_seq_len, max_sequences, model)
+
+    def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        inputs = {k: v.to(self.device) for k, v in inputs.items()}
+        return run_graph(self.graphs[graph], self.weights, inputs, self.state, self.dtype)

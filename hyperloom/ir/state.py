@@ -48,13 +48,15 @@ class StateStore:
     """Tensors for every declared state, for `slots` sequences of up to `capacity` tokens."""
 
     def __init__(self, decls: tuple[StateDecl, ...], slots: int, capacity: int,
-                 device: torch.device | str, dtype: torch.dtype):
+                 device: torch.device | str, dtype: torch.dtype | None = None):
+        """dtype None keeps each state's declared dtype (the compiled engine's storage)."""
         self.decls = {d.name: d for d in decls}
         self.capacity = capacity
         self.tensors: dict[str, torch.Tensor] = {}
         for d in decls:
             shape = tuple(int(s.subs(S, capacity)) for s in d.type.shape)
-            self.tensors[d.name] = torch.zeros((slots, *shape), device=device, dtype=dtype)
+            self.tensors[d.name] = torch.zeros((slots, *shape), device=device,
+                                               dtype=dtype or d.type.dtype.torch)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.tensors[name]

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("name", ["llama", "glm5next"])
 def test_cuda_reference_matches_transformers_on_cuda(tmp_path, name):
     hf = save_tiny(name, tmp_path, seed=5).cuda()
-    eng = hyperloom.from_pretrained(tmp_path, device="cuda", dtype=torch.float32)
+    eng = hyperloom.from_pretrained(tmp_path, device="cuda", dtype=torch.float32,
+                                    backend="reference")
     prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         out = hf(input_ids=prompt[None].cuda(), use_cache=True)
@@ -38,7 +39,8 @@ def test_cuda_and_cpu_agree_in_fp64(name, config):
     prompt = torch.randint(0, 256, (24,), generator=torch.Generator().manual_seed(4))
     outs = []
     for device in ("cpu", "cuda"):
-        eng = hyperloom.load(name, config, device=device, dtype=torch.float64)
+        eng = hyperloom.load(name, config, device=device, dtype=torch.float64,
+                             backend="reference")
         a, b = eng.new_sequence(), eng.new_sequence()
         first = eng.prefill(a, prompt)
         eng.prefill(b, prompt[:9])

@@ -29,11 +29,16 @@ CASES = {
 
 
 @pytest.fixture(scope="module", params=list(CASES))
-def pair(request, tmp_path_factory):
+def saved(request, tmp_path_factory):
     name, overrides = CASES[request.param]
     path = tmp_path_factory.mktemp(request.param)
-    hf = save_tiny(name, path, seed=len(request.param), **overrides)
-    return hf, hyperloom.from_pretrained(path, dtype=torch.float32)
+    return save_tiny(name, path, seed=len(request.param), **overrides), path
+
+
+@pytest.fixture(params=["reference", "compiled"])
+def pair(request, saved):
+    hf, path = saved
+    return hf, hyperloom.from_pretrained(path, dtype=torch.float32, backend=request.param)
 
 
 def _hf_step(hf, ids: torch.Tensor, cache):
@@ -74,7 +79,7 @@ def _hf_selections(hf) -> list[torch.Tensor]:
 def test_dsa_selected_sets_match_transformers(tmp_path, topk):
     """Compare the selected token sets row by row (ties make the order, not the set, arbitrary)."""
     hf = save_tiny("glm5next", tmp_path, seed=3, index_topk=topk)
-    eng = hyperloom.from_pretrained(tmp_path)
+    eng = hyperloom.from_pretrained(tmp_path, backend="reference")
     prompt = torch.randint(0, 256, (29,), generator=torch.Generator().manual_seed(11))
     hf_sel = _hf_selections(hf)
     _hf_step(hf, prompt, None)

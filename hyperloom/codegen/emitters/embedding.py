@@ -37,7 +37,8 @@ import triton.language as tl
 
 @triton.jit
 def {name}(ids_ptr, table_ptr, out_ptr, vocab, table_stride, out_stride_row, out_stride_stream,
-        D: tl.constexpr = {spec.d}, N: tl.constexpr = {n}, BLOCK_D: tl.constexpr = {_block_d(spec.d)}):
+        D: tl.constexpr = {spec.d}, N: tl.constexpr = {n},
+        BLOCK_D: tl.constexpr = {_block_d(spec.d)}):
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     tok = tl.load(ids_ptr + row)

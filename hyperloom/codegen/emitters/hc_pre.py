@@ -17,8 +17,18 @@ import triton
 from hyperloom.config import CONFIG
 
 BLOCK_T = 16  # rows per program; tl.dot needs M >= 16
-# the projections feed sigmoids and 20 Sinkhorn rounds; plain tf32 would cost ~1e-3 relative
-GPU_DOT_PRECISION = "tf32x3"
+
+_INTERPRET_DOT = "        acc = tl.dot(x, tl.trans(w.to(tl.float32)), acc)"
+# The projections feed sigmoids and 20 Sinkhorn rounds, and plain tf32 would cost ~1e-3 relative.
+# bf16 weights are exact in bf16: X split as hi + lo bf16 parts gives ~2^-16 relative error from
+# two bf16 MMAs; fp32 weights take tf32x3.
+_GPU_DOT = """        wt = tl.trans(w)
+        if fn_ptr.dtype.element_ty == tl.bfloat16:
+            x_hi = x.to(tl.bfloat16)
+            acc = tl.dot(x_hi, wt, acc)
+            acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
+        else:
+            acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")"""
 
 
 @dataclass(frozen=True)
@@ -36,9 +46,11 @@ def _comment(header: str) -> str:
 
 def _blocks(spec: HCPreSpec) -> dict[str, int]:
     d2 = triton.next_power_of_2(spec.d)
+    j = (2 + spec.n) * spec.n  # projections: n pre, n post, n*n comb logits
     return {
+        "J": j,
         "NP": triton.next_power_of_2(spec.n),
-        "JP": max(16, triton.next_power_of_2((2 + spec.n) * spec.n)),  # tl.dot needs N >= 16
+        "JP": max(16, triton.next_power_of_2(j)),  # tl.dot needs N >= 16
         "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_D": max(16, min(128, d2)),
     }
@@ -46,7 +58,7 @@ def _blocks(spec: HCPreSpec) -> dict[str, int]:
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
     b = _blocks(spec)
-    prec = "None" if CONFIG.interpret else repr(GPU_DOT_PRECISION)
+    dot = _INTERPRET_DOT if CONFIG.interpret else _GPU_DOT
     return f'''{_comment(header)}import triton
 import triton.language as tl
 
@@ -54,8 +66,9 @@ import triton.language as tl
 @triton.jit
 def {name}(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, rows,
         sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row, scomb_i,
-        N: tl.constexpr = {spec.n}, D: tl.constexpr = {spec.d}, J: tl.constexpr = {(2 + spec.n) * spec.n},
-        NP: tl.constexpr = {b["NP"]}, JP: tl.constexpr = {b["JP"]}, BLOCK_T: tl.constexpr = {BLOCK_T},
+        N: tl.constexpr = {spec.n}, D: tl.constexpr = {spec.d}, J: tl.constexpr = {b["J"]},
+        NP: tl.constexpr = {b["NP"]}, JP: tl.constexpr = {b["JP"]},
+        BLOCK_T: tl.constexpr = {BLOCK_T},
         BLOCK_K: tl.constexpr = {b["BLOCK_K"]}, BLOCK_D: tl.constexpr = {b["BLOCK_D"]},
         NORM_EPS: tl.constexpr = {spec.norm_eps!r}, HC_EPS: tl.constexpr = {spec.hc_eps!r},
         ITERS: tl.constexpr = {spec.iters}):
@@ -66,19 +79,19 @@ def {name}(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, rows,
     jmask = j < J
     kk = tl.arange(0, BLOCK_K)
 
-    # pass 1: sum of squares and m = X_flat @ fn^T, X read once
+    # pass 1: sum of squares and m = X_flat @ fn^T, X read once, one flat loop over n*D
     acc = tl.zeros((BLOCK_T, JP), tl.float32)
     ss = tl.zeros((BLOCK_T,), tl.float32)
-    for i in range(N):
-        for d0 in range(0, D, BLOCK_K):
-            d = d0 + kk
-            dmask = d < D
-            x = tl.load(x_ptr + t64[:, None] * sx_row + i * sx_stream + d[None, :],
-                        mask=tmask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
-            w = tl.load(fn_ptr + j[None, :] * s_fn + (i * D + d)[:, None],
-                        mask=jmask[None, :] & dmask[:, None], other=0.0).to(tl.float32)
-            ss += tl.sum(x * x, axis=1)
-            acc = tl.dot(x, w, acc, input_precision={prec})
+    for k0 in range(0, N * D, BLOCK_K):
+        k = k0 + kk
+        kmask = k < N * D
+        i = k // D  # a block may straddle two streams when D % BLOCK_K != 0
+        x = tl.load(x_ptr + t64[:, None] * sx_row + (i * sx_stream + k - i * D)[None, :],
+                    mask=tmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
+        w = tl.load(fn_ptr + j[:, None] * s_fn + k[None, :], mask=jmask[:, None] & kmask[None, :],
+                    other=0.0)
+        ss += tl.sum(x * x, axis=1)
+{dot}
     # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
     m = acc * tl.rsqrt(ss / (N * D) + NORM_EPS)[:, None]
 

@@ -22,6 +22,7 @@ every tl.dot operand to fp32 (the interpreter mis-computes bf16 dots).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -82,7 +83,7 @@ def _params(spec: MatmulSpec) -> list[str]:
     return names
 
 
-_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "USE_DOT")
+_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "GEMV")
 
 
 def _signature(name: str, spec: MatmulSpec) -> list[str]:
@@ -128,41 +129,67 @@ def _weights(spec: MatmulSpec) -> list[tuple[str, str]]:
 
 
 def _loop(spec: MatmulSpec) -> list[str]:
-    norm = spec.prologue != "none"
-    lines = [f"{acc} = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)" for acc, _ in _weights(spec)]
-    if norm:
-        lines.append("sq = tl.zeros([BLOCK_M], dtype=tl.float32)")
+    """The K loop. Row statistics of the norm prologues accumulate elementwise in a [BLOCK_M,
+    BLOCK_K] tile and are reduced once after the loop: a cross-thread reduction inside the
+    pipelined loop raced with the async copies on the H200 (rows scaled off by ~1%)."""
+    accs = _weights(spec)
+    lines = [f"{acc} = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)" for acc, _ in accs]
+    if spec.prologue != "none":
+        lines.append("sq2 = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)")
+    if spec.prologue == "rmsnorm":
+        lines.append("sqm = tl.zeros([BLOCK_M, BLOCK_M], dtype=tl.float32)  # GEMV: x x^T")
     lines += [f"for k0 in range(0, {spec.k}, BLOCK_K):", "    kk = k0 + rk",
               f"    k_ok = kk < {spec.k}", "    x_ok = m_ok[:, None] & k_ok[None, :]"]
-    if spec.prologue == "mean_rmsnorm":
-        lines += ["    a = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)",
-                  f"    for s in tl.static_range({spec.streams}):",
-                  "        a += tl.load(x_rows + s * sx_s + kk[None, :], mask=x_ok, other=0.0)",
-                  f"    a = a / {spec.streams}"]
-    else:
-        lines.append("    a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)")
-    if norm:
-        lines += ["    af = a.to(tl.float32)", "    sq += tl.sum(af * af, axis=1)"]
     w_ok = "k_ok[:, None] & n_ok[None, :]"
-    for i, (acc, off) in enumerate(_weights(spec)):
-        lines.append(f"    b{i} = tl.load(w_cols{off} + kk[:, None], mask={w_ok}, other=0.0)")
-    lines.append("    if USE_DOT:")
-    for i, (acc, _) in enumerate(_weights(spec)):
-        lines.append(f"        {acc} = {_dot('a', f'b{i}', acc)}")
-    lines.append("    else:  # GEMV: fp32 FMAs, the K axis reduced in registers")
-    for i, (acc, _) in enumerate(_weights(spec)):
-        prod = f"a.to(tl.float32)[:, :, None] * b{i}.to(tl.float32)[None, :, :]"
-        lines.append(f"        {acc} += tl.sum({prod}, axis=1)")
-    if norm:
-        lines.append(f"scale = tl.rsqrt(sq / {spec.k} + {float(spec.eps)!r})[:, None]")
-        lines += [f"{acc} = {acc} * scale" for acc, _ in _weights(spec)]
-    return lines
+    lines += [f"    b{i} = tl.load(w_cols{off} + kk[:, None], mask={w_ok}, other=0.0)"
+              for i, (_, off) in enumerate(accs)]
+    body = _register_body(spec)
+    if spec.prologue == "rmsnorm":
+        # GEMV: sum(x^2) = diag(x x^T) on the tensor cores too, so the x tile feeds only dots
+        # and stays in the async-copy pipeline (reducing it in registers cost 2-3x here)
+        gemv = ["a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)",
+                f"sqm = {_dot('a', 'tl.trans(a)', 'sqm', cast=False)}"] + _dots_of("a", spec)
+        body = ["if GEMV:"] + _indent(gemv) + ["else:"] + _indent(body)
+    return lines + _indent(body) + _normalize(spec)
 
 
-def _dot(a: str, b: str, acc: str) -> str:
+def _indent(lines: list[str]) -> list[str]:
+    return ["    " + line for line in lines]
+
+
+def _dots_of(a: str, spec: MatmulSpec) -> list[str]:
+    return [f"{acc} = {_dot(a, f'b{i}', acc)}" for i, (acc, _) in enumerate(_weights(spec))]
+
+
+def _register_body(spec: MatmulSpec) -> list[str]:
+    if spec.prologue == "mean_rmsnorm":
+        lines = ["a = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)",
+                 f"for s in tl.static_range({spec.streams}):",
+                 "    a += tl.load(x_rows + s * sx_s + kk[None, :], mask=x_ok, other=0.0)",
+                 f"a = a / {spec.streams}"]
+    else:
+        lines = ["a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)"]
+    if spec.prologue != "none":
+        lines += ["af = a.to(tl.float32)", "sq2 += af * af"]
+    return lines + _dots_of("a", spec)
+
+
+def _normalize(spec: MatmulSpec) -> list[str]:
+    if spec.prologue == "none":
+        return []
+    lines = ["sq = tl.sum(sq2, axis=1)"]
+    if spec.prologue == "rmsnorm":
+        lines = ["if GEMV:", "    i = tl.arange(0, BLOCK_M)",
+                 "    sq = tl.sum(tl.where(i[:, None] == i[None, :], sqm, 0.0), axis=1)",
+                 "else:", "    sq = tl.sum(sq2, axis=1)"]
+    lines.append(f"scale = tl.rsqrt(sq / {spec.k} + {float(spec.eps)!r})[:, None]")
+    return lines + [f"{acc} = {acc} * scale" for acc, _ in _weights(spec)]
+
+
+def _dot(a: str, b: str, acc: str, cast: bool = True) -> str:
     if CONFIG.interpret:  # the interpreter mis-computes low-precision dots: upcast both operands
         return f"tl.dot({a}.to(tl.float32), {b}.to(tl.float32), {acc})"
-    return f"tl.dot({a}.to({b}.dtype), {b}, {acc})"
+    return f"tl.dot({a}.to({b}.dtype), {b}, {acc})" if cast else f"tl.dot({a}, {b}, {acc})"
 
 
 def _epilogue(spec: MatmulSpec) -> list[str]:
@@ -210,33 +237,55 @@ def source(name: str, spec: MatmulSpec, header: str = "") -> str:
 # ---------------------------------------------------------------- launch
 
 
+SMS = 132  # H200 multiprocessors: the GEMV tiling wants a few programs on each
+SMEM_BYTES = 160 * 1024  # pipelined operand tiles (Hopper: 227 KB a block, the rest scratch)
+
+
 @dataclass(frozen=True)
 class Tiles:
     block_m: int
     block_n: int
     block_k: int
     group_m: int
-    use_dot: bool
     num_warps: int
     num_stages: int
+    gemv: bool = False  # the GEMV tiling: every row in one block (GEMV constexpr of the kernel)
 
 
-def tiles(spec: MatmulSpec, rows: int) -> Tiles:
-    """Block sizes for `rows` rows: the GEMV tiling up to GEMV_MAX_ROWS, tensor-core tiles above."""
+def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Tiles:
+    """Block sizes for `rows` rows of `x_bytes`-wide x and `w_bytes`-wide w."""
+    k_max = max(16, triton.next_power_of_2(spec.k))
     if rows <= GEMV_MAX_ROWS:
-        return _gemv_tiles(spec, rows)
-    wide = spec.epilogue in ("swiglu", "hc_post")  # two accumulators / hc stream tiles in registers
-    block_m = 64 if rows <= 64 else 128
-    block_n = 64 if wide or block_m == 64 else 128
-    return Tiles(block_m, block_n, 64, 8, True, 4 if block_m == 64 else 8, 3)
+        # GEMV: one 16-row block (the smallest tensor-core M) holds every row, so each weight
+        # element is read once; columns are narrow enough for ~2 programs per SM, K steps deep
+        bn = 64 if triton.cdiv(spec.n_out, 64) >= 2 * SMS else 32
+        t = Tiles(16, bn, min(128, k_max), 1, 4, 6, gemv=True)
+    elif rows <= 64:
+        t = Tiles(64, 64, min(128, k_max), 8, 4, 4)
+    else:
+        # hc_post keeps hc stream tiles in registers beside the accumulator; swiglu has two
+        t = Tiles(128, 256, min(64, k_max), 8, 8, 3)
+        if spec.epilogue == "swiglu":
+            t = Tiles(128, 128, min(64, k_max), 8, 8, 3)
+        if spec.epilogue == "hc_post":
+            t = Tiles(64, 64, min(64, k_max), 8, 4, 4)
+    return _fit_smem(spec, t, x_bytes, w_bytes)
 
 
-def _gemv_tiles(spec: MatmulSpec, rows: int) -> Tiles:
-    r = triton.next_power_of_2(rows)
-    # about 8K fp32 products per step keeps the [rows, BLOCK_K, BLOCK_N] product in registers
-    block_k = min(triton.next_power_of_2(spec.k), 256 if r == 1 else 128 if r <= 4 else 64)
-    block_n = max(8, 8192 // (r * block_k))
-    return Tiles(r, block_n, block_k, 1, False, 4, 4)
+def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
+    """Fewer stages, then shallower K steps, until the pipelined tiles fit in shared memory."""
+    x_tiles = spec.streams if spec.prologue == "mean_rmsnorm" else 1
+    w_tiles = 2 if spec.epilogue == "swiglu" else 1
+    stages, bk = t.num_stages, t.block_k
+    while stages * bk * (t.block_m * x_tiles * x_bytes + t.block_n * w_tiles * w_bytes) \
+            > SMEM_BYTES:
+        if stages > 2:
+            stages -= 1
+        elif bk > 16:
+            bk //= 2
+        else:
+            break
+    return dataclasses.replace(t, block_k=bk, num_stages=stages)
 
 
 def _strides(spec: MatmulSpec, x, out, stream, post, comb) -> dict[str, int]:
@@ -275,10 +324,10 @@ def launch(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: t
     _check(spec, x, w, out, stream, post, comb)
     if rows <= 0:
         return
-    t = tiles(spec, rows)
+    t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
              "comb_ptr": comb, "rows": rows, **_strides(spec, x, out, stream, post, comb)}
     grid = (triton.cdiv(rows, t.block_m) * triton.cdiv(spec.n_out, t.block_n),)
     kernel[grid](*(bound[p] for p in _params(spec)), BLOCK_M=t.block_m, BLOCK_N=t.block_n,
-                 BLOCK_K=t.block_k, GROUP_M=t.group_m, USE_DOT=t.use_dot,
+                 BLOCK_K=t.block_k, GROUP_M=t.group_m, GEMV=t.gemv,
                  num_warps=t.num_warps, num_stages=t.num_stages)

@@ -1,0 +1,231 @@
+"""Cached causal GQA attention with RoPE: two kernels in one module (`kernel_names`).
+
+{name}_rope_kv: q, k, v [rows, heads*d] (act dtype), pos, slot int64 [rows], inv_freq fp32 [d/2]
+-> q_out = rotate-half RoPE(q) (angle pos * inv_freq in fp32, as semantics.dense.rope), and
+RoPE(k), v written into k_cache, v_cache [slots, S, kv_heads, d] at [slot, pos]. A row with
+slot < 0 is padding and writes nothing to the caches. Without RoPE q is copied, k written as is.
+Grid: (rows,), every head of one row per program.
+
+{name}: q_out, caches, pos, slot -> o [rows, heads*d]: row r attends to positions 0..pos[r] of
+sequence slot[r] (fp32 online softmax, exp2), head h reads kv head h // (heads // kv_heads);
+padding rows write zeros. Grid: (cdiv(rows, BLOCK_M), kv_heads); a program stacks the query
+heads of one kv head for BLOCK_M rows into one [BLOCK_M * GP, d] tile, so K/V are read once per
+kv head. Decode uses BLOCK_M = 1; a prefill chunk (`seq_rows` > 1) packs rows too. Rows of a
+block may belong to several sequences: the program walks them one sequence (slot) at a time, so
+any tiling is correct and the host hint only picks speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from hyperloom.config import CONFIG
+
+BLOCK_N = 64  # keys per iteration
+PREFILL_M = 64  # stacked (row, head) query rows per program for a prefill chunk
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scale: float
+    rope: bool = True
+
+    def __post_init__(self) -> None:
+        assert self.heads % self.kv_heads == 0, "heads must be a multiple of kv_heads"
+        assert self.head_dim % 2 == 0, "rotate-half RoPE splits head_dim in two halves"
+
+
+def kernel_names(name: str) -> tuple[str, str]:
+    """(rope + KV write kernel, attention kernel) defined by source(name, ...)."""
+    return f"{name}_rope_kv", name
+
+
+def _comment(header: str) -> str:
+    return "".join(f"# {line}\n" for line in header.splitlines())
+
+
+_ROTATE = '''
+@triton.jit
+def _rope_heads(src, dst, mask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
+    """Rotate-half RoPE of a [heads, HALF] tile pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)."""
+    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
+    if ROPE:
+        x1, x2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    tl.store(dst, x1.to(dst.dtype.element_ty), mask=mask)
+    tl.store(dst + HALF, x2.to(dst.dtype.element_ty), mask=mask)
+'''
+
+
+def _rope_kv_source(name: str, spec: AttentionSpec) -> str:
+    half = spec.head_dim // 2
+    return f'''
+@triton.jit
+def {name}(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_ptr,
+        sq, sk, sv, sqo, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,
+        H: tl.constexpr = {spec.heads}, HKV: tl.constexpr = {spec.kv_heads},
+        HD: tl.constexpr = {spec.head_dim}, HALF: tl.constexpr = {half},
+        HP: tl.constexpr = {triton.next_power_of_2(spec.heads)},
+        HKVP: tl.constexpr = {triton.next_power_of_2(spec.kv_heads)},
+        HALFP: tl.constexpr = {triton.next_power_of_2(half)}, ROPE: tl.constexpr = {spec.rope}):
+    row = tl.program_id(0).to(tl.int64)
+    p = tl.load(pos_ptr + row)
+    s = tl.load(slot_ptr + row)
+    c = tl.arange(0, HALFP)
+    cmask = c < HALF
+    cos = tl.zeros((1, HALFP), tl.float32)
+    sin = tl.zeros((1, HALFP), tl.float32)
+    if ROPE:
+        ang = p.to(tl.float32) * tl.load(inv_ptr + c, mask=cmask, other=0.0)
+        cos = tl.cos(ang)[None, :]
+        sin = tl.sin(ang)[None, :]
+    h = tl.arange(0, HP)[:, None]
+    _rope_heads(q_ptr + row * sq + h * HD + c[None, :], qo_ptr + row * sqo + h * HD + c[None, :],
+                (h < H) & cmask[None, :], cos, sin, HALF, ROPE)
+
+    # padding rows (slot < 0) and out-of-range positions must not touch the caches
+    keep = (s >= 0) & (p >= 0) & (p < capacity)
+    s = tl.where(keep, s, 0)
+    p = tl.where(keep, p, 0)
+    hk = tl.arange(0, HKVP)[:, None]
+    kmask = (hk < HKV) & cmask[None, :] & keep
+    _rope_heads(k_ptr + row * sk + hk * HD + c[None, :],
+                kc_ptr + s * kc_s0 + p * kc_s1 + hk * kc_s2 + c[None, :],
+                kmask, cos, sin, HALF, ROPE)
+    _rope_heads(v_ptr + row * sv + hk * HD + c[None, :],
+                vc_ptr + s * vc_s0 + p * vc_s1 + hk * vc_s2 + c[None, :],
+                kmask, cos, sin, HALF, False)
+'''
+
+
+def _attend_source(name: str, spec: AttentionSpec) -> str:
+    # the interpreter mis-computes low-precision dots: upcast every operand there
+    up = ".to(tl.float32)" if CONFIG.interpret else ""
+    # Triton 3.6's interpreter cannot take a tensor as a range() bound under numpy >= 2.4
+    # (triton-lang/triton#9171); the same key loop as a while there, a pipelined for on GPU
+    if CONFIG.interpret:
+        loop_head = "        start = 0\n        while start < hi:\n"
+        loop_tail = "            start += BLOCK_N\n"
+    else:
+        loop_head, loop_tail = "        for start in range(0, hi, BLOCK_N):\n", ""
+    return f'''
+@triton.jit
+def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
+        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2,
+        BLOCK_M: tl.constexpr, GP: tl.constexpr,
+        G: tl.constexpr = {spec.heads // spec.kv_heads}, HD: tl.constexpr = {spec.head_dim},
+        DP: tl.constexpr = {max(16, triton.next_power_of_2(spec.head_dim))},
+        BLOCK_N: tl.constexpr = {BLOCK_N}, QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}):
+    BM: tl.constexpr = BLOCK_M * GP
+    kvh = tl.program_id(1)
+    i = tl.arange(0, BM)
+    r = tl.program_id(0) * BLOCK_M + i // GP  # query row i -> (step row r, group head g)
+    g = i % GP
+    in_rows = r < rows
+    slot = tl.load(slot_ptr + r, mask=in_rows, other=-1)
+    pos = tl.load(pos_ptr + r, mask=in_rows, other=0)
+    live = in_rows & (g < G) & (slot >= 0)
+    head = kvh * G + g
+    dc = tl.arange(0, DP)
+    dmask = dc < HD
+    r64 = r.to(tl.int64)
+    q = tl.load(q_ptr + r64[:, None] * sq + head[:, None] * HD + dc[None, :],
+                mask=live[:, None] & dmask[None, :], other=0.0)
+    q = q.to(kc_ptr.dtype.element_ty){up}
+
+    # finite floor: a row that sees no key keeps alpha = 1, p = 0 and ends with l = 0
+    m_i = tl.full((BM,), -1e30, tl.float32)
+    l_i = tl.zeros((BM,), tl.float32)
+    acc = tl.zeros((BM, DP), tl.float32)
+    n = tl.arange(0, BLOCK_N)
+    todo = live
+    while tl.max(todo.to(tl.int32), axis=0) > 0:
+        # one sequence of the block per pass (a single pass for decode or one prefill chunk)
+        cur = tl.min(tl.where(todo, slot, 2147483647), axis=0)
+        sel = todo & (slot == cur)
+        hi = tl.max(tl.where(sel, pos, -1), axis=0) + 1
+        k_base = kc_ptr + cur * kc_s0 + kvh * kc_s2
+        v_base = vc_ptr + cur * vc_s0 + kvh * vc_s2
+{loop_head}            kp = start + n
+            kmask = (kp < hi)[:, None] & dmask[None, :]
+            k = tl.load(k_base + kp[:, None] * kc_s1 + dc[None, :], mask=kmask, other=0.0)
+            s = tl.dot(q, tl.trans(k{up})) * QK_SCALE
+            s = tl.where(sel[:, None] & (kp[None, :] <= pos[:, None]), s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(v_base + kp[:, None] * vc_s1 + dc[None, :], mask=kmask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty){up}, v{up})
+            m_i = m_new
+{loop_tail}        todo = todo & ~sel
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    tl.store(o_ptr + r64[:, None] * so + head[:, None] * HD + dc[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=(in_rows & (g < G))[:, None] & dmask[None, :])
+'''
+
+
+def source(name: str, spec: AttentionSpec, header: str = "") -> str:
+    rope_kv, attend = kernel_names(name)
+    return (f"{_comment(header)}import triton\nimport triton.language as tl\n\n{_ROTATE}\n"
+            f"{_rope_kv_source(rope_kv, spec)}\n{_attend_source(attend, spec)}")
+
+
+def _check(*tensors: torch.Tensor) -> None:
+    for t in tensors:
+        assert t.stride(-1) == 1, "last dims must be contiguous"
+
+
+def launch_rope_kv(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tensor,
+                   v: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor,
+                   inv_freq: torch.Tensor | None, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   q_out: torch.Tensor, rows: int) -> None:
+    if rows == 0:
+        return
+    _check(q, k, v, k_cache, v_cache, q_out)
+    assert not spec.rope or (inv_freq is not None and inv_freq.dtype == torch.float32)
+    inv = inv_freq if spec.rope else pos  # never read without RoPE
+    kernel[(rows,)](q, k, v, pos, slot, inv, q_out, k_cache, v_cache,
+                    q.stride(0), k.stride(0), v.stride(0), q_out.stride(0),
+                    *k_cache.stride()[:3], *v_cache.stride()[:3], k_cache.shape[1], num_warps=4)
+
+
+def tiling(spec: AttentionSpec, seq_rows: int) -> tuple[int, int]:
+    """(BLOCK_M rows, GP padded group heads) per program; BLOCK_M * GP >= 16 for tl.dot."""
+    gp = triton.next_power_of_2(spec.heads // spec.kv_heads)
+    if seq_rows <= 1:
+        return 1, max(16, gp)
+    block_m = max(1, min(PREFILL_M // gp, triton.next_power_of_2(seq_rows)))
+    return block_m, max(gp, triton.cdiv(16, block_m))
+
+
+def launch_attend(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, o: torch.Tensor,
+                  rows: int, seq_rows: int = 1) -> None:
+    """seq_rows: the most rows one sequence has in this step; it only picks the tiling."""
+    if rows == 0:
+        return
+    _check(q, k_cache, v_cache, o)
+    block_m, gp = tiling(spec, seq_rows)
+    kernel[(triton.cdiv(rows, block_m), spec.kv_heads)](
+        q, k_cache, v_cache, pos, slot, o, rows, q.stride(0), o.stride(0),
+        *k_cache.stride()[:3], *v_cache.stride()[:3], BLOCK_M=block_m, GP=gp, num_warps=4)
+
+
+def launch(kernels, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           pos: torch.Tensor, slot: torch.Tensor, inv_freq: torch.Tensor | None,
+           k_cache: torch.Tensor, v_cache: torch.Tensor, q_out: torch.Tensor, o: torch.Tensor,
+           rows: int, seq_rows: int = 1) -> None:
+    """Both kernels in order; kernels = the two of kernel_names(name), loaded."""
+    rope_kv, attend = kernels
+    launch_rope_kv(rope_kv, spec, q=q, k=k, v=v, pos=pos, slot=slot, inv_freq=inv_freq,
+                   k_cache=k_cache, v_cache=v_cache, q_out=q_out, rows=rows)
+    launch_attend(attend, spec, q=q_out, k_cache=k_cache, v_cache=v_cache, pos=pos, slot=slot,
+                  o=o, rows=rows, seq_rows=seq_rows)

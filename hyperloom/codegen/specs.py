@@ -1,0 +1,37 @@
+"""Emitter specs from IR: every static size and option a kernel bakes in, read off the fused
+node and its operand types (no tensors needed, so plans and sources can be dumped offline)."""
+
+from __future__ import annotations
+
+from hyperloom.codegen.emitters import attention, embedding, hc_pre, matmul
+from hyperloom.ir.graph import Node
+from hyperloom.ir.ops import Op
+
+
+def matmul_spec(node: Node, types: dict) -> matmul.MatmulSpec:
+    at, op = node.attrs, node.op
+    x, w = types[node.args[0]], types[node.args[1]]
+    eps = getattr(at, "eps", None)
+    prologue = "none" if eps is None else ("mean_rmsnorm" if x.rank == 3 else "rmsnorm")
+    epilogue = {Op.SWIGLU_LINEAR: "swiglu", Op.LINEAR_RESIDUAL: "residual",
+                Op.LINEAR_HC_POST: "hc_post"}.get(op, "store")
+    hc = int(node.types[0].shape[1]) if op is Op.LINEAR_HC_POST else 1
+    return matmul.MatmulSpec(k=int(w.shape[1]), n=int(w.shape[0]), prologue=prologue,
+                             eps=eps or 1e-6, streams=int(x.shape[1]) if x.rank == 3 else 1,
+                             epilogue=epilogue, limit=getattr(at, "limit", None), hc=hc)
+
+
+def hc_pre_spec(node: Node, types: dict) -> hc_pre.HCPreSpec:
+    at = node.attrs
+    return hc_pre.HCPreSpec(at.n, int(node.types[0].shape[1]), at.norm_eps, at.hc_eps, at.iters)
+
+
+def embedding_spec(node: Node, types: dict) -> embedding.EmbeddingSpec:
+    streams = node.attrs.n if node.op is Op.EMBED_STREAMS else 1
+    return embedding.EmbeddingSpec(int(node.types[0].shape[-1]), streams,
+                                   node.op is Op.EMBED_STREAMS)
+
+
+def attention_spec(node: Node, types: dict) -> attention.AttentionSpec:
+    at = node.attrs
+    return attention.AttentionSpec(at.heads, at.kv_heads, at.head_dim, at.scale, rope=True)

@@ -1,0 +1,97 @@
+"""The kernel plan: the final list of kernels, each with the emitter that generates it, the IR
+nodes it fused, its grid, and where its operands live (arena, weights, state, row inputs).
+Ops with no emitter yet run on the reference interpreter, and the plan says so."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hyperloom.ir.graph import Graph, Node
+from hyperloom.ir.ops import Op
+from hyperloom.ir.printer import print_node
+from hyperloom.passes.arena import ArenaPlan
+
+EMITTER_OF: dict[Op, str] = {
+    Op.EMBEDDING: "embedding", Op.EMBED_STREAMS: "embedding",
+    Op.LINEAR: "matmul", Op.LM_HEAD: "matmul", Op.NORM_LINEAR: "matmul",
+    Op.SWIGLU_LINEAR: "matmul", Op.LINEAR_RESIDUAL: "matmul", Op.LINEAR_HC_POST: "matmul",
+    Op.HC_PRE: "hc_pre", Op.ROPE_ATTENTION: "attention",
+}
+INTERPRETER = "interpreter"
+LAUNCHES = {"attention": 2}
+GRIDS = {
+    "embedding": "(R,)",
+    "matmul": "(cdiv(R, BM), cdiv(N, BN))",
+    "hc_pre": "(cdiv(R, BM),)",
+    "attention": "rope_kv (R,) ; attend (R, kv_heads)",
+    INTERPRETER: "host",
+}
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    name: str
+    emitter: str
+    node: Node
+    bindings: tuple[str, ...]  # operand -> where it lives
+
+    @property
+    def launches(self) -> int:
+        return LAUNCHES.get(self.emitter, 1)
+
+    def line(self) -> str:
+        return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
+                f"fuses {', '.join(self.node.sources)}")
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    graph: str
+    kernels: tuple[KernelEntry, ...]
+
+    @property
+    def fallbacks(self) -> tuple[KernelEntry, ...]:
+        return tuple(k for k in self.kernels if k.emitter == INTERPRETER)
+
+    def text(self, detail: bool = False) -> str:
+        n = sum(k.launches for k in self.kernels)
+        lines = [f"kernel plan of {self.graph}: {len(self.kernels)} entries, {n} launches, "
+                 f"{len(self.fallbacks)} on the interpreter"]
+        for k in self.kernels:
+            lines.append(k.line())
+            if detail:
+                lines.append(f"    {print_node(k.node)}")
+                lines += [f"    {b}" for b in k.bindings]
+        return "\n".join(lines) + "\n"
+
+
+def _tag(node: Node) -> str:
+    ref = next((a for a in node.args if a.startswith("@")), node.state or node.outs[0])
+    layer = re.search(r"layers\.(\d+)\.", ref)
+    leaf = ref.lstrip("@%").split("~")[0].removesuffix(".weight").rsplit(".", 1)[-1]
+    leaf = leaf.replace("_proj", "").replace("+", "_").replace("embed_tokens", "embed")
+    tag = (f"l{layer.group(1)}_" if layer else "") + leaf
+    return re.sub(r"\W", "_", tag)[:28]
+
+
+def _where(value: str, arena: ArenaPlan) -> str:
+    if value.startswith("@"):
+        return f"{value} -> weights"
+    if value in arena.values:
+        p = arena.values[value]
+        buf = next(b for b in arena.buffers if b.name == p.buffer)
+        return f"{value} -> arena+{buf.offset} col {p.col} {list(p.shape)}"
+    return f"{value} -> row input"
+
+
+def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
+    kernels = []
+    for i, node in enumerate(graph.nodes):
+        emitter = EMITTER_OF.get(node.op, INTERPRETER)
+        name = f"k{i:02d}_{node.op.value}_{_tag(node)}"
+        binds = tuple(_where(a, arena) for a in node.args + node.outs)
+        if node.state:
+            binds += (f"${node.state}.* -> state pool",)
+        kernels.append(KernelEntry(name, emitter, node, binds))
+    return KernelPlan(graph.name, tuple(kernels))

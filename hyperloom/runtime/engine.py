@@ -1,0 +1,64 @@
+"""CompiledEngine: the engine API on generated Triton kernels. One Program per graph (main,
+MTP); prefill runs in sub-chunks of `prefill_chunk` rows; decode steps replay recordings per
+row bucket. Inputs are checked and refused before anything launches (base Engine)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from hyperloom.ir.engine import Engine
+from hyperloom.ir.graph import Graph
+from hyperloom.ir.signatures import state_decls
+from hyperloom.ir.state import StateStore
+from hyperloom.ir.types import DType, StateDecl
+from hyperloom.codegen.compilation import compile_graph, write_dump
+from hyperloom.config import CONFIG
+from hyperloom.errors import InputError
+from hyperloom.passes.kernel_plan import EMITTER_OF
+from hyperloom.runtime.program import Program
+from hyperloom.runtime.runner import Runner
+
+
+class CompiledEngine(Engine):
+    def __init__(self, graphs: dict[str, Graph], weights: dict[str, torch.Tensor],
+                 vocab_size: int, *, device: str | torch.device, max_seq_len: int,
+                 max_sequences: int, prefill_chunk: int, model: object = None):
+        self.device = torch.device(device)
+        if self.device.type == "cpu" and not CONFIG.interpret:
+            raise InputError("the compiled backend runs on the CPU only through Triton's "
+                             "interpreter: set TRITON_INTERPRET=1 before importing hyperloom")
+        self.prefill_chunk = prefill_chunk
+        max_rows = max(prefill_chunk, max_sequences)
+        comps = {n: compile_graph(g, max_rows) for n, g in graphs.items()}
+        if CONFIG.dump_dir:
+            for n, c in comps.items():
+                write_dump(c, Path(CONFIG.dump_dir), "" if n == "main" else f"{n}_")
+        decls = tuple(s for c in comps.values() for s in _storage(c.graph))
+        state = StateStore(decls, max_sequences, max_seq_len, self.device)
+        super().__init__(graphs, state, vocab_size, max_seq_len, max_sequences, model)
+        self.programs = {n: Program(c, weights, state, self.device) for n, c in comps.items()}
+        self.runners = {n: Runner(p, max_sequences) for n, p in self.programs.items()}
+
+    def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        prog, rows = self.programs[graph], len(inputs["ids"])
+        for name, value in inputs.items():
+            prog.inputs["%" + name][:rows].copy_(value)
+        seq_rows = int(torch.unique(inputs["slot"], return_counts=True)[1].max())
+        self.runners[graph].run(rows, seq_rows)
+        return prog.outputs(rows)
+
+
+def _storage(graph: Graph) -> tuple[StateDecl, ...]:
+    """State in its declared dtype, except the state of ops that still run on the interpreter,
+    which stays fp32 (their reference semantics compute in fp32)."""
+    types, out = graph.value_types(), []
+    for node in graph.nodes:
+        decls = state_decls(node, [types[a] for a in node.args])
+        if node.op not in EMITTER_OF:
+            decls = tuple(dataclasses.replace(d, type=d.type.with_dtype(DType.F32))
+                          if d.type.dtype.is_float else d for d in decls)
+        out += decls
+    return tuple(out)

@@ -1,0 +1,105 @@
+"""From a kernel-plan entry to a launch: the emitter spec, the generated source (loaded through
+the kernel cache) and a closure over the step's operands. Ops without an emitter run their
+reference semantics on the arena tensors, in fp32."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters import attention, embedding, hc_pre, matmul
+from hyperloom.codegen.specs import attention_spec, embedding_spec, hc_pre_spec, matmul_spec
+from hyperloom.ir.graph import Node
+from hyperloom.ir.ops import Op
+from hyperloom.ir.semantics import EVAL, Ctx
+from hyperloom.ir.semantics.dense import rope_inv_freq
+from hyperloom.ir.state import StateStore, segments
+from hyperloom.passes.kernel_plan import KernelEntry
+
+Launch = Callable[[int, int], None]  # (rows, most rows of one sequence) -> None
+
+
+@dataclass
+class Operands:
+    """Where a step's operands live: arena views and row inputs (by %name), weights (by @name),
+    the state pool, and the buffers that hold whole multi-split results."""
+
+    values: dict[str, torch.Tensor]
+    weights: dict[str, torch.Tensor]
+    groups: dict[str, torch.Tensor]
+    state: StateStore
+    types: dict  # IR types of every operand
+    scratch: dict[tuple, torch.Tensor] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # kernel name -> generated source
+
+    def source(self, entry: KernelEntry) -> str:
+        return self.sources[entry.name]
+
+    def __getitem__(self, ref: str) -> torch.Tensor:
+        return self.weights[ref[1:]] if ref.startswith("@") else self.values[ref]
+
+
+def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
+    node = entry.node
+    spec = matmul_spec(node, o.types)
+    kern = load(o.source(entry), entry.name, device)
+    x, w = o[node.args[0]], o[node.args[1]]
+    out = o.groups.get(node.outs[0], o[node.outs[0]])
+    extra = {}
+    if node.op is Op.LINEAR_RESIDUAL:
+        extra = {"stream": o[node.args[2]]}
+    elif node.op is Op.LINEAR_HC_POST:
+        extra = {"stream": o[node.args[2]], "post": o[node.args[3]], "comb": o[node.args[4]]}
+    return lambda rows, _: matmul.launch(kern, spec, x=x, w=w, out=out, rows=rows, **extra)
+
+
+def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
+    node, spec = entry.node, hc_pre_spec(entry.node, o.types)
+    kern = load(o.source(entry), entry.name, device)
+    x, fn, base, scale = (o[a] for a in node.args)
+    y, post, comb = (o[v] for v in node.outs)
+    return lambda rows, _: hc_pre.launch(kern, spec, x=x, fn=fn, base=base, scale=scale, y=y,
+                                         post=post, comb=comb, rows=rows)
+
+
+def _embedding(entry: KernelEntry, o: Operands, device) -> Launch:
+    node, spec = entry.node, embedding_spec(entry.node, o.types)
+    kern = load(o.source(entry), entry.name, device)
+    ids, table, out = o[node.args[0]], o[node.args[1]], o[node.outs[0]]
+    return lambda rows, _: embedding.launch(kern, spec, ids=ids, table=table, out=out, rows=rows)
+
+
+def _attention(entry: KernelEntry, o: Operands, device) -> Launch:
+    node, at = entry.node, entry.node.attrs
+    spec, src = attention_spec(node, o.types), o.source(entry)
+    kerns = tuple(load(src, n, device) for n in attention.kernel_names(entry.name))
+    q, k, v, slot, pos = (o[a] for a in node.args)
+    inv = rope_inv_freq(at.rope(), torch.float32).to(device)
+    q_out = o.scratch.setdefault(("q", tuple(q.shape), q.dtype),
+                                 torch.empty(q.shape, dtype=q.dtype, device=device))
+    kc, vc = o.state[at.state + ".k"], o.state[at.state + ".v"]
+    out = o[node.outs[0]]
+    return lambda rows, seq_rows: attention.launch(
+        kerns, spec, q=q, k=k, v=v, pos=pos, slot=slot, inv_freq=inv, k_cache=kc, v_cache=vc,
+        q_out=q_out, o=out, rows=rows, seq_rows=seq_rows)
+
+
+def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
+    """Reference semantics on the arena tensors: fp32 math, results cast into their buffers."""
+    node = entry.node
+
+    def run(rows: int, _: int) -> None:
+        args = [o[a] if a.startswith("@") else o[a][:rows] for a in node.args]
+        args = [a.float() if a.is_floating_point() else a for a in args]
+        ctx = Ctx(torch.float32, o.state, segments(o["%slot"][:rows], o["%pos"][:rows]))
+        res = EVAL[node.op](ctx, node.attrs, *args)
+        for v, r in zip(node.outs, res if isinstance(res, tuple) else (res,)):
+            o[v][:rows].copy_(r)
+    return run
+
+
+BUILDERS = {"matmul": _matmul, "hc_pre": _hc_pre, "embedding": _embedding,
+            "attention": _attention, "interpreter": _interpreter}

@@ -1,0 +1,94 @@
+"""The mHC pre-site emitter against semantics.hc.hc_pre (fp64): n = 4 and n = 2, 20 Sinkhorn
+iterations, widths that are not powers of two (one and several K blocks per stream), 1 to 33 rows
+(one and three row blocks), row-strided X and y, rows past `rows` untouched. CPU: Triton's
+interpreter in fp32; GPU (`gpu` mark): bf16 fn at D = 4096 on the H200, relative error."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters.hc_pre import HCPreSpec, launch, source
+from hyperloom.config import overrides
+from hyperloom.ir import ops
+from hyperloom.ir.semantics import Ctx, hc
+from tests.tolerances import assert_close, assert_rel
+
+SLACK = 3  # rows allocated past `rows`: the kernel must leave them untouched
+PAD = 12  # extra columns of the wider buffers that strided views are cut from
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kernel_cache(tmp_path_factory):
+    with overrides(kernel_cache_dir=str(tmp_path_factory.mktemp("kernels"))):
+        yield
+
+
+class Case:
+    """Fresh random operands (none zero) and NaN-poisoned outputs for one launch."""
+
+    def __init__(self, spec: HCPreSpec, rows: int, device: str, w_dtype: torch.dtype,
+                 strided: bool, seed: int) -> None:
+        self.spec, self.rows, self.device, self.strided = spec, rows, device, strided
+        self.gen = torch.Generator().manual_seed(seed)
+        n, d, j = spec.n, spec.d, (2 + spec.n) * spec.n
+        alloc = rows + SLACK
+        self.x = self.wide(torch.randn((alloc, n, d + PAD), generator=self.gen) * 1.7)
+        fn = torch.randn((j, n * d), generator=self.gen) / math.sqrt(n * d)
+        self.fn = fn.to(device, w_dtype)
+        self.base = (torch.randn(j, generator=self.gen) * 0.5).to(device)
+        self.scale = (torch.rand(3, generator=self.gen) + 0.5).to(device)
+        self.y = self.wide(torch.full((alloc, d + PAD), float("nan")))
+        self.post = torch.full((alloc, n), float("nan"), device=device)
+        self.comb = torch.full((alloc, n, n), float("nan"), device=device)
+
+    def wide(self, t: torch.Tensor) -> torch.Tensor:
+        """A column slice of t (row-strided) or a contiguous copy of that slice."""
+        t = t.to(self.device)[..., 4: 4 + self.spec.d]
+        return t if self.strided else t.contiguous()
+
+    def run(self) -> None:
+        kernel = load(source("hc_pre", self.spec, header="test"), "hc_pre", self.device)
+        launch(kernel, self.spec, x=self.x, fn=self.fn, base=self.base, scale=self.scale,
+               y=self.y, post=self.post, comb=self.comb, rows=self.rows)
+
+    def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        s, r = self.spec, self.rows
+        at = ops.HCPreAttrs(n=s.n, norm_eps=s.norm_eps, hc_eps=s.hc_eps, iters=s.iters)
+        return hc.hc_pre(Ctx(dtype, None, ()), at, self.x[:r].to(dtype), self.fn.to(dtype),
+                         self.base.to(dtype), self.scale.to(dtype))
+
+    def untouched(self) -> None:
+        for name in ("y", "post", "comb"):
+            assert getattr(self, name)[self.rows:].isnan().all(), f"{name}: slack rows written"
+
+
+@pytest.mark.parametrize("n,d", [(4, 40), (2, 200)])
+@pytest.mark.parametrize("rows", [1, 5, 33])
+def test_hc_pre(n: int, d: int, rows: int) -> None:
+    spec = HCPreSpec(n=n, d=d, norm_eps=1e-6, hc_eps=1e-6, iters=20)
+    case = Case(spec, rows, "cpu", torch.float32, strided=rows != 5, seed=100 * n + rows)
+    case.run()
+    y, post, comb = case.reference(torch.float64)
+    assert_close(case.y[:rows], y, torch.float32, "y")
+    assert_close(case.post[:rows], post, torch.float32, "post")
+    assert_close(case.comb[:rows], comb, torch.float32, "comb")
+    case.untouched()
+    # the Sinkhorn result is (nearly) doubly stochastic: a missed iteration would show here
+    assert_close(case.comb[:rows].sum(-2), torch.ones(rows, n), torch.float32, "column sums")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 7, 300])
+def test_hc_pre_gpu(rows: int) -> None:
+    spec = HCPreSpec(n=4, d=4096, norm_eps=1e-6, hc_eps=1e-6, iters=20)
+    case = Case(spec, rows, "cuda", torch.bfloat16, strided=True, seed=rows)
+    case.run()
+    y, post, comb = case.reference(torch.float32)
+    assert_rel(case.y[:rows], y, 1e-2, "y")
+    assert_rel(case.post[:rows], post, 1e-2, "post")
+    assert_rel(case.comb[:rows], comb, 1e-2, "comb")
+    case.untouched()
