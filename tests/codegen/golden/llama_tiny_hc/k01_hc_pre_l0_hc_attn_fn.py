@@ -1,0 +1,95 @@
+# k01_hc_pre_l0_hc_attn_fn: hc_pre
+# fuses: %2 hc_pre
+# node: %2, %2.1, %2.2 = hc_pre(%1, @layers.0.hc_attn_fn, @layers.0.hc_attn_base, @layers.0.hc_attn_scale) {n=4, norm_eps=1e-05, hc_eps=1e-06, iters=20} : f32[T, 64], f32[T, 4], f32[T, 4, 4]
+# %1 -> arena+0 col 0 [4, 64]
+# @layers.0.hc_attn_fn -> weights
+# @layers.0.hc_attn_base -> weights
+# @layers.0.hc_attn_scale -> weights
+# %2 -> arena+65536 col 0 [64]
+# %2.1 -> arena+143360 col 0 [4]
+# %2.2 -> arena+139264 col 0 [4, 4]
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k01_hc_pre_l0_hc_attn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, rows,
+        sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row, scomb_i,
+        N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32,
+        BLOCK_T: tl.constexpr = 16,
+        BLOCK_K: tl.constexpr = 64, BLOCK_D: tl.constexpr = 64,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
+        ITERS: tl.constexpr = 20):
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tmask = t < rows
+    t64 = t.to(tl.int64)
+    j = tl.arange(0, JP)
+    jmask = j < J
+    kk = tl.arange(0, BLOCK_K)
+
+    # pass 1: sum of squares and m = X_flat @ fn^T, X read once, one flat loop over n*D
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)
+    ss = tl.zeros((BLOCK_T,), tl.float32)
+    for k0 in range(0, N * D, BLOCK_K):
+        k = k0 + kk
+        kmask = k < N * D
+        i = k // D  # a block may straddle two streams when D % BLOCK_K != 0
+        x = tl.load(x_ptr + t64[:, None] * sx_row + (i * sx_stream + k - i * D)[None, :],
+                    mask=tmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
+        w = tl.load(fn_ptr + j[:, None] * s_fn + k[None, :], mask=jmask[:, None] & kmask[None, :],
+                    other=0.0)
+        ss += tl.sum(x * x, axis=1)
+        wt = tl.trans(w)
+        if fn_ptr.dtype.element_ty == tl.bfloat16:
+            x_hi = x.to(tl.bfloat16)
+            acc = tl.dot(x_hi, wt, acc)
+            acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
+        else:
+            acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
+    # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+    m = acc * tl.rsqrt(ss / (N * D) + NORM_EPS)[:, None]
+
+    s0 = tl.load(scale_ptr)
+    s1 = tl.load(scale_ptr + 1)
+    s2 = tl.load(scale_ptr + 2)
+    sc = tl.where(j < N, s0, tl.where(j < 2 * N, s1, s2))
+    z = m * sc[None, :] + tl.load(base_ptr + j, mask=jmask, other=0.0)[None, :]
+    sig = tl.sigmoid(z)
+
+    is_post = (j >= N) & (j < 2 * N)
+    tl.store(post_ptr + t64[:, None] * spost_row + (j - N)[None, :], 2.0 * sig,
+             mask=tmask[:, None] & is_post[None, :])
+
+    # register tensors cannot be sliced: pick columns out with one-hot masked sums
+    ii = tl.arange(0, NP)
+    pre = tl.sum(tl.where(j[None, None, :] == ii[None, :, None], sig[:, None, :], 0.0), axis=2)
+    pre = pre + HC_EPS  # [BLOCK_T, NP]; padded streams meet masked (zero) X below
+    col = 2 * N + ii[:, None] * N + ii[None, :]  # [NP, NP] column of comb logit (a, b)
+    valid = (ii[:, None] < N) & (ii[None, :] < N)
+    hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
+    logits = tl.sum(tl.where(hit[None], z[:, None, None, :], 0.0), axis=3)  # [BLOCK_T, NP, NP]
+
+    # Sinkhorn; finite fill keeps padded rows NaN-free, they are zeroed after the softmax
+    logits = tl.where(valid[None], logits, -1e30)
+    e = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
+    c = tl.where(valid[None], e / tl.sum(e, axis=2)[:, :, None] + HC_EPS, 0.0)
+    c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
+    for _ in range(ITERS - 1):
+        c = c / (tl.sum(c, axis=2)[:, :, None] + HC_EPS)
+        c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
+    tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
+             + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None])
+
+    # pass 2: y = sum_i pre[i] * X[i]
+    dd = tl.arange(0, BLOCK_D)
+    for d0 in range(0, D, BLOCK_D):
+        d = d0 + dd
+        dmask = d < D
+        x = tl.load(x_ptr + t64[:, None, None] * sx_row + ii[None, :, None] * sx_stream
+                    + d[None, None, :],
+                    mask=tmask[:, None, None] & (ii < N)[None, :, None] & dmask[None, None, :],
+                    other=0.0).to(tl.float32)
+        y = tl.sum(pre[:, :, None] * x, axis=1)
+        tl.store(y_ptr + t64[:, None] * sy_row + d[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=tmask[:, None] & dmask[None, :])

@@ -1,0 +1,116 @@
+# k10_rope_attention_l1_self_attn: attention
+# fuses: %24 rope, %25 rope, %26 attention
+# node: %26 = rope_attention(%21, %22, %23, %slot, %pos) {heads=4, kv_heads=2, head_dim=16, scale=0.25, state='layers.1.self_attn', theta=10000.0, kind='llama3', factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=64} : bf16[T, 64]  # fused: %24 rope, %25 rope, %26 attention
+# %21 -> arena+81920 col 0 [64]
+# %22 -> arena+81920 col 64 [32]
+# %23 -> arena+81920 col 96 [32]
+# %slot -> row input
+# %pos -> row input
+# %26 -> arena+131072 col 0 [64]
+# $layers.1.self_attn.* -> state pool
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rope_heads(src, dst, mask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
+    """Rotate-half RoPE of a [heads, HALF] tile pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)."""
+    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
+    if ROPE:
+        x1, x2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    tl.store(dst, x1.to(dst.dtype.element_ty), mask=mask)
+    tl.store(dst + HALF, x2.to(dst.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def k10_rope_attention_l1_self_attn_rope_kv(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_ptr,
+        sq, sk, sv, sqo, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,
+        H: tl.constexpr = 4, HKV: tl.constexpr = 2,
+        HD: tl.constexpr = 16, HALF: tl.constexpr = 8,
+        HP: tl.constexpr = 4,
+        HKVP: tl.constexpr = 2,
+        HALFP: tl.constexpr = 8, ROPE: tl.constexpr = True):
+    row = tl.program_id(0).to(tl.int64)
+    p = tl.load(pos_ptr + row)
+    s = tl.load(slot_ptr + row)
+    c = tl.arange(0, HALFP)
+    cmask = c < HALF
+    cos = tl.zeros((1, HALFP), tl.float32)
+    sin = tl.zeros((1, HALFP), tl.float32)
+    if ROPE:
+        ang = p.to(tl.float32) * tl.load(inv_ptr + c, mask=cmask, other=0.0)
+        cos = tl.cos(ang)[None, :]
+        sin = tl.sin(ang)[None, :]
+    h = tl.arange(0, HP)[:, None]
+    _rope_heads(q_ptr + row * sq + h * HD + c[None, :], qo_ptr + row * sqo + h * HD + c[None, :],
+                (h < H) & cmask[None, :], cos, sin, HALF, ROPE)
+
+    # padding rows (slot < 0) and out-of-range positions must not touch the caches
+    keep = (s >= 0) & (p >= 0) & (p < capacity)
+    s = tl.where(keep, s, 0)
+    p = tl.where(keep, p, 0)
+    hk = tl.arange(0, HKVP)[:, None]
+    kmask = (hk < HKV) & cmask[None, :] & keep
+    _rope_heads(k_ptr + row * sk + hk * HD + c[None, :],
+                kc_ptr + s * kc_s0 + p * kc_s1 + hk * kc_s2 + c[None, :],
+                kmask, cos, sin, HALF, ROPE)
+    _rope_heads(v_ptr + row * sv + hk * HD + c[None, :],
+                vc_ptr + s * vc_s0 + p * vc_s1 + hk * vc_s2 + c[None, :],
+                kmask, cos, sin, HALF, False)
+
+
+@triton.jit
+def k10_rope_attention_l1_self_attn(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
+        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2,
+        BLOCK_M: tl.constexpr, GP: tl.constexpr,
+        G: tl.constexpr = 2, HD: tl.constexpr = 16,
+        DP: tl.constexpr = 16,
+        BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085):
+    BM: tl.constexpr = BLOCK_M * GP
+    kvh = tl.program_id(1)
+    i = tl.arange(0, BM)
+    r = tl.program_id(0) * BLOCK_M + i // GP  # query row i -> (step row r, group head g)
+    g = i % GP
+    in_rows = r < rows
+    slot = tl.load(slot_ptr + r, mask=in_rows, other=-1)
+    pos = tl.load(pos_ptr + r, mask=in_rows, other=0)
+    live = in_rows & (g < G) & (slot >= 0)
+    head = kvh * G + g
+    dc = tl.arange(0, DP)
+    dmask = dc < HD
+    r64 = r.to(tl.int64)
+    q = tl.load(q_ptr + r64[:, None] * sq + head[:, None] * HD + dc[None, :],
+                mask=live[:, None] & dmask[None, :], other=0.0)
+    q = q.to(kc_ptr.dtype.element_ty)
+
+    # finite floor: a row that sees no key keeps alpha = 1, p = 0 and ends with l = 0
+    m_i = tl.full((BM,), -1e30, tl.float32)
+    l_i = tl.zeros((BM,), tl.float32)
+    acc = tl.zeros((BM, DP), tl.float32)
+    n = tl.arange(0, BLOCK_N)
+    todo = live
+    while tl.max(todo.to(tl.int32), axis=0) > 0:
+        # one sequence of the block per pass (a single pass for decode or one prefill chunk)
+        cur = tl.min(tl.where(todo, slot, 2147483647), axis=0)
+        sel = todo & (slot == cur)
+        hi = tl.max(tl.where(sel, pos, -1), axis=0) + 1
+        k_base = kc_ptr + cur * kc_s0 + kvh * kc_s2
+        v_base = vc_ptr + cur * vc_s0 + kvh * vc_s2
+        for start in range(0, hi, BLOCK_N):
+            kp = start + n
+            kmask = (kp < hi)[:, None] & dmask[None, :]
+            k = tl.load(k_base + kp[:, None] * kc_s1 + dc[None, :], mask=kmask, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * QK_SCALE
+            s = tl.where(sel[:, None] & (kp[None, :] <= pos[:, None]), s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(v_base + kp[:, None] * vc_s1 + dc[None, :], mask=kmask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty), v)
+            m_i = m_new
+        todo = todo & ~sel
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    tl.store(o_ptr + r64[:, None] * so + head[:, None] * HD + dc[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=(in_rows & (g < G))[:, None] & dmask[None, :])
