@@ -86,3 +86,35 @@ def test_run_a_checkpoint_directory(capsys, tmp_path):
     want = hyperloom.from_pretrained(tmp_path).generate([3, 1, 4, 1, 5], 8)
     assert json.loads(out)["tokens"] == want
     assert want != hyperloom.load("llama", "tiny", seed=0).generate([3, 1, 4, 1, 5], 8)
+
+
+def test_compile_dumps_every_stage_plan_and_kernel(capsys, tmp_path):
+    rc, out, _ = run(capsys, "compile", "llama", "--config", "tiny-hc", "--dump", str(tmp_path))
+    assert rc == 0 and "8 passes" in out
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"00_input.ir", "01_after_merge_sibling_linears.ir", "declined_fusions.txt",
+            "arena_plan.txt", "kernel_plan.txt", "kernels"} <= names
+    from hyperloom.ir import parse_graph
+    from hyperloom.passes import PIPELINE
+
+    assert len([n for n in names if n.endswith(".ir")]) == 1 + len(PIPELINE)
+    final = parse_graph((tmp_path / f"{len(PIPELINE):02d}_after_fuse_embedding.ir").read_text())
+    kernels = sorted(p.stem for p in (tmp_path / "kernels").glob("*.py"))
+    assert len(kernels) == len(final.nodes)  # every fused node of llama has an emitter
+    assert "arena:" in (tmp_path / "arena_plan.txt").read_text()
+
+
+def test_dump_plan_one_line_per_kernel(capsys):
+    rc, out, _ = run(capsys, "dump-plan", "llama", "--config", "bench")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("kernel plan of llama_4l: 30 entries")
+    assert len(lines) == 31 and all(" fuses " in ln for ln in lines[1:])
+
+
+def test_dump_dir_knob_dumps_any_compile(tmp_path):
+    from hyperloom.config import overrides
+
+    with overrides(dump_dir=str(tmp_path)):
+        hyperloom.load("llama", "tiny", prefill_chunk=4)
+    assert (tmp_path / "kernel_plan.txt").is_file() and (tmp_path / "kernels").is_dir()

@@ -11,6 +11,7 @@ from hyperloom.ir.graph import Graph
 from hyperloom.ir.printer import print_graph
 from hyperloom.passes import Stage, run_pipeline
 from hyperloom.passes.arena import ArenaPlan, plan_arena
+from hyperloom.passes.highway import HighwayPlan, plan_highway
 from hyperloom.passes.kernel_plan import KernelPlan, plan_kernels
 
 
@@ -19,6 +20,7 @@ class Compilation:
     stages: tuple[Stage, ...]
     arena: ArenaPlan
     plan: KernelPlan
+    highway: HighwayPlan
     sources: dict[str, str]
 
     @property
@@ -36,7 +38,7 @@ def compile_graph(graph: Graph, max_rows: int) -> Compilation:
     plan = plan_kernels(final, arena)
     types = final.value_types()
     sources = {k.name: src for k in plan.kernels if (src := kernel_source(k, types))}
-    return Compilation(stages, arena, plan, sources)
+    return Compilation(stages, arena, plan, plan_highway(final, arena), sources)
 
 
 def write_dump(c: Compilation, folder: Path, prefix: str = "") -> list[Path]:
@@ -45,7 +47,7 @@ def write_dump(c: Compilation, folder: Path, prefix: str = "") -> list[Path]:
     files = {f"{i:02d}_{'input' if i == 0 else 'after_' + s.name}.ir": print_graph(s.graph)
              for i, s in enumerate(c.stages)}
     files |= {"declined_fusions.txt": c.declined(), "arena_plan.txt": c.arena.text(),
-              "kernel_plan.txt": c.plan.text(detail=True)}
+              "highway_plan.txt": c.highway.text(), "kernel_plan.txt": c.plan.text(detail=True)}
     files |= {f"kernels/{name}.py": src for name, src in c.sources.items()}
     written = []
     for name, text in files.items():

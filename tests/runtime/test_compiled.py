@@ -151,3 +151,22 @@ def test_glm_plan_names_its_interpreter_fallbacks():
     ops = {k.node.op for k in comp.plan.fallbacks}
     assert {Op.KDA, Op.KDA_CONV, Op.DSA_INDEX, Op.MLA_ATTENTION, Op.MOE_EXPERTS} <= ops
     assert "on the interpreter" in comp.plan.text() and "interpreter" in comp.plan.text()
+
+
+def test_highway_values_own_their_bytes_and_a_clash_is_caught():
+    import dataclasses
+
+    from hyperloom.errors import IRError
+    from hyperloom.passes.highway import plan_highway
+
+    comp = _plan("llama", "tiny-hc")
+    hw = comp.highway
+    assert hw.row_bytes == 4 * 4 * 64 and len(hw.values) == 1 + 2 * 2  # expand + 2 sites x 2
+    # force the first two highway buffers onto the same bytes while both are live
+    bufs = {b.name: b for b in comp.arena.buffers}
+    a, b = (bufs[comp.arena.values[v].buffer] for v in hw.values[:2])
+    clash = dataclasses.replace(b, offset=a.offset, first=a.first)
+    arena = dataclasses.replace(comp.arena, buffers=tuple(clash if x is b else x
+                                                          for x in comp.arena.buffers))
+    with pytest.raises(IRError, match="share arena bytes"):
+        plan_highway(comp.graph, arena)
