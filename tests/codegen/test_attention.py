@@ -12,7 +12,7 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.attention import AttentionSpec, kernel_names, launch_attend
-from hyperloom.codegen.emitters.attention import launch_rope_kv, source
+from hyperloom.codegen.emitters.attention import launch, launch_rope_kv, source
 from hyperloom.config import overrides
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, attention, dense
@@ -140,10 +140,12 @@ def test_chunk_and_decodes_in_one_step(rope: bool) -> None:
 
 
 def test_only_padding_rows() -> None:
+    # through `launch`, both kernels in one call
     step = Step(spec_for(4, 2, 16), [-1, -1], [0, 4], slots=2, capacity=8, seed=9)
-    rope_kv, attend = step.kernels()
-    step.run_rope_kv(rope_kv)
-    step.run_attend(attend, seq_rows=1)
+    inv_freq = dense.rope_inv_freq(step.rope, torch.float32)
+    launch(step.kernels(), step.spec, q=step.q, k=step.k, v=step.v, pos=step.pos,
+           slot=step.slot, inv_freq=inv_freq, k_cache=step.k_cache, v_cache=step.v_cache,
+           q_out=step.q_out, o=step.o, rows=step.rows)
     assert torch.equal(step.k_cache, step.k0) and torch.equal(step.v_cache, step.v0)
     assert (step.o[: step.rows] == 0).all()
 
