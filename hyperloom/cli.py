@@ -85,6 +85,42 @@ def cmd_dump_plan(args: argparse.Namespace) -> None:
         print(comp.plan.text(), end="")
 
 
+def _sizes(text: str | None, gpu_default: str, cpu_default: str, gpu: bool) -> list[int]:
+    return _ids(text or (gpu_default if gpu else cpu_default))
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    from hyperloom.bench import report
+    from hyperloom.bench.measure import measure_limits
+    from hyperloom.bench.scenarios import TOLERANCE, Bench
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    gpu = device.type == "cuda"
+    if not gpu and args.config not in ("tiny", "tiny-hc"):
+        raise InputError(f"without a GPU, bench runs the tiny configs only (Triton's "
+                         f"interpreter); got --config {args.config}")
+    dtype = torch.bfloat16 if gpu else torch.float32
+    model = hyperloom.build(args.model, args.config, args.layers, dtype)
+    limits = measure_limits(device)
+    bench = Bench(model, device, dtype, TOLERANCE[dtype], compile_modes=not args.no_compile)
+    wanted = [x.strip() for x in args.scenarios.split(",")]
+    results = []
+    if "decode" in wanted:
+        results += [bench.decode(c) for c in _sizes(args.ctx, "1024,8192", "12", gpu)]
+    if "prefill" in wanted:
+        results += [bench.prefill(n) for n in _sizes(args.prefill_tokens, "2048", "24", gpu)]
+    if "site" in wanted and model.config.hc_mult > 1:
+        results += [bench.site(n) for n in _sizes(args.site_rows, "1,4096", "1,16", gpu)]
+    what = f"{args.model} --config {args.config}" + (f" --layers {args.layers}"
+                                                     if args.layers else "")
+    rec = report.record(results, limits, report.meta(device, limits, what))
+    print(report.table(rec), end="")
+    if args.json:
+        report.write_json(rec, Path(args.json))
+    if args.plot and not report.plot(rec, Path(args.plot)):
+        print("no plot: matplotlib is not installed (pip install matplotlib)")
+
+
 def _engine(args: argparse.Namespace):
     kw = dict(device=args.device, dtype=DTYPES[args.dtype], backend=args.backend)
     if Path(args.model).is_dir():
@@ -142,6 +178,20 @@ def parser() -> argparse.ArgumentParser:
     _spec_args(q)
     q.add_argument("--max-rows", type=int, default=256)
     q.set_defaults(fn=cmd_dump_plan, dtype="bfloat16")
+
+    bn = sub.add_parser("bench", help="time the engine against torch eager and torch.compile")
+    bn.add_argument("model", choices=sorted(FAMILIES))
+    bn.add_argument("--config", default="tiny")
+    bn.add_argument("--layers", type=int)
+    bn.add_argument("--scenarios", default="decode,prefill,site")
+    bn.add_argument("--ctx", help="decode contexts (default 1024,8192; CPU: 12)")
+    bn.add_argument("--prefill-tokens", help="prefill lengths (default 2048; CPU: 24)")
+    bn.add_argument("--site-rows", help="mHC site rows (default 1,4096; CPU: 1,16)")
+    bn.add_argument("--device")
+    bn.add_argument("--json", help="write the JSON record here")
+    bn.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")
+    bn.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    bn.set_defaults(fn=cmd_bench)
 
     r = sub.add_parser("run", help="greedy generation (default: tiny GLM-5.3, random weights)")
     r.add_argument("model", nargs="?", default="glm5next", help="model name or checkpoint dir")

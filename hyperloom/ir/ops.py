@@ -193,6 +193,13 @@ class SwiGLULinearAttrs:
 
 
 @dataclass(frozen=True, slots=True)
+class EpilogueLinearAttrs:
+    """A projection with an optional RMSNorm prologue (eps None: none) and a fused epilogue."""
+
+    eps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RopeAttentionAttrs:
     """RoPE on q and k, the KV-cache write, and causal GQA attention over the cache."""
 
@@ -232,6 +239,7 @@ ATTRS: dict[Op, type] = {
     Op.MOE_EXPERTS: ExpertsAttrs, Op.ADD: NoAttrs, Op.CONCAT: NoAttrs, Op.RESIDUAL_ADD: NoAttrs,
     Op.HC_EXPAND: HCExpandAttrs, Op.HC_PRE: HCPreAttrs, Op.HC_POST: NoAttrs,
     Op.HC_HEAD_MEAN: NoAttrs, Op.LM_HEAD: NoAttrs, Op.NORM_LINEAR: NormLinearAttrs,
-    Op.SWIGLU_LINEAR: SwiGLULinearAttrs, Op.LINEAR_RESIDUAL: NoAttrs, Op.LINEAR_HC_POST: NoAttrs,
+    Op.SWIGLU_LINEAR: SwiGLULinearAttrs, Op.LINEAR_RESIDUAL: EpilogueLinearAttrs,
+    Op.LINEAR_HC_POST: EpilogueLinearAttrs,
     Op.ROPE_ATTENTION: RopeAttentionAttrs, Op.EMBED_STREAMS: HCExpandAttrs,
 }

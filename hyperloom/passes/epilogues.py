@@ -11,13 +11,17 @@ from hyperloom.passes.rewrite import PassResult, make_node, producers, rebuild, 
 
 
 def _plain_gemm(node: Node | None) -> bool:
-    """A projection with no prologue and one result: LINEAR, or a one-split norm_linear."""
+    """A projection with one result: LINEAR, or a one-split norm_linear (its norm prologue
+    stays: the emitter does a prologue and an epilogue in one kernel)."""
     if node is None:
         return False
     if node.op is Op.LINEAR:
         return True
-    return node.op is Op.NORM_LINEAR and node.attrs.eps is None and len(node.outs) == 1 \
-        and node.attrs.out_dtype == ""
+    return node.op is Op.NORM_LINEAR and len(node.outs) == 1 and node.attrs.out_dtype == ""
+
+
+def _eps(node: Node) -> ops.EpilogueLinearAttrs:
+    return ops.EpilogueLinearAttrs(node.attrs.eps if node.op is Op.NORM_LINEAR else None)
 
 
 class _Fuser:
@@ -74,7 +78,7 @@ def _residual(f: _Fuser, node: Node):
         return f"cannot fuse {node.outs[0]} residual_add into a GEMM: {out} is not the sole " \
                "result of a plain projection"
     return make_node(f.graph, node.outs, Op.LINEAR_RESIDUAL, (*src.args, stream),
-                     ops.NoAttrs(), [src, node]), [src]
+                     _eps(src), [src, node]), [src]
 
 
 def fuse_residual(graph: Graph) -> PassResult:
@@ -89,7 +93,7 @@ def _hc_post(f: _Fuser, node: Node):
         return f"cannot fuse {node.outs[0]} hc_post into a GEMM: {out} comes from {kind}, " \
                "not a plain projection with one user"
     return make_node(f.graph, node.outs, Op.LINEAR_HC_POST, (*src.args, streams, post, comb),
-                     ops.NoAttrs(), [src, node]), [src]
+                     _eps(src), [src, node]), [src]
 
 
 def fuse_hc_post(graph: Graph) -> PassResult:

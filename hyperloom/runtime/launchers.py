@@ -94,7 +94,8 @@ def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
     def run(rows: int, _: int) -> None:
         args = [o[a] if a.startswith("@") else o[a][:rows] for a in node.args]
         args = [a.float() if a.is_floating_point() else a for a in args]
-        ctx = Ctx(torch.float32, o.state, segments(o["%slot"][:rows], o["%pos"][:rows]))
+        rows_of = segments(o["%slot"][:rows], o["%pos"][:rows]) if "%slot" in o.values else ()
+        ctx = Ctx(torch.float32, o.state, rows_of)
         res = EVAL[node.op](ctx, node.attrs, *args)
         for v, r in zip(node.outs, res if isinstance(res, tuple) else (res,)):
             o[v][:rows].copy_(r)

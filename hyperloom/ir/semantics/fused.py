@@ -27,14 +27,14 @@ def swiglu_linear(ctx: Ctx, at: ops.SwiGLULinearAttrs, x: torch.Tensor,
     return dense.swiglu(ctx, ops.SwiGLUAttrs(at.limit), gate, up)
 
 
-def linear_residual(ctx: Ctx, at: ops.NoAttrs, x: torch.Tensor, w: torch.Tensor,
+def linear_residual(ctx: Ctx, at: ops.EpilogueLinearAttrs, x: torch.Tensor, w: torch.Tensor,
                     stream: torch.Tensor) -> torch.Tensor:
-    return stream + x @ w.T
+    return stream + _gemm_in(x, at.eps) @ w.T
 
 
-def linear_hc_post(ctx: Ctx, at: ops.NoAttrs, x: torch.Tensor, w: torch.Tensor, streams,
-                   post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
-    return hc.hc_post(ctx, at, x @ w.T, streams, post, comb)
+def linear_hc_post(ctx: Ctx, at: ops.EpilogueLinearAttrs, x: torch.Tensor, w: torch.Tensor,
+                   streams, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+    return hc.hc_post(ctx, at, _gemm_in(x, at.eps) @ w.T, streams, post, comb)
 
 
 def rope_attention(ctx: Ctx, at: ops.RopeAttentionAttrs, q, k, v, slot, pos) -> torch.Tensor:

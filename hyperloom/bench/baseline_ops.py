@@ -1,0 +1,88 @@
+"""The baseline's ops: plain torch, written the way a careful user writes a static-cache model
+(no host syncs, static shapes, so torch.compile can capture it whole). Activations keep the IR's
+declared dtypes (bf16 activations, fp32 norms and highway)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from hyperloom.ir.semantics.hc import sinkhorn
+
+
+def rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def rmsnorm(x, w, *, eps, dtype):
+    return (rms(x, eps) * w.float()).to(dtype)
+
+
+def linear(x, w, *, dtype):
+    return F.linear(x.to(w.dtype), w).to(dtype)
+
+
+def embedding(ids, w, *, dtype):
+    return F.embedding(ids, w).to(dtype)
+
+
+def cast(x, *, dtype):
+    return x.to(dtype)
+
+
+def rope(x, pos, cos, sin, *, head_dim, dtype):
+    """cos / sin: [S, head_dim] tables (a buffer), gathered at the rows' positions."""
+    t = x.shape[0]
+    xf = x.float().view(t, -1, head_dim)
+    c, s = cos[pos][:, None], sin[pos][:, None]
+    rot = torch.cat([-xf[..., head_dim // 2:], xf[..., : head_dim // 2]], -1)
+    return (xf * c + rot * s).reshape(t, -1).to(dtype)
+
+
+def attention(q, k, v, pos, k_cache, v_cache, *, heads, kv_heads, head_dim, scale, dtype):
+    """Static cache [S, kv_heads, d]: write this step's rows, attend causally over all of it."""
+    t = q.shape[0]
+    k_cache.index_copy_(0, pos, k.view(t, kv_heads, head_dim).to(k_cache.dtype))
+    v_cache.index_copy_(0, pos, v.view(t, kv_heads, head_dim).to(v_cache.dtype))
+    keys = torch.arange(k_cache.shape[0], device=q.device)
+    mask = keys[None, :] <= pos[:, None]  # [T, S]
+    o = F.scaled_dot_product_attention(
+        q.view(t, heads, head_dim).transpose(0, 1).to(k_cache.dtype), k_cache.transpose(0, 1),
+        v_cache.transpose(0, 1), attn_mask=mask[None], scale=scale, enable_gqa=True)
+    return o.transpose(0, 1).reshape(t, heads * head_dim).to(dtype)
+
+
+def swiglu(gate, up, *, limit, dtype):
+    if limit is not None:
+        gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+    return (F.silu(gate) * up).to(dtype)
+
+
+def add(a, b, *, dtype):
+    return (a + b).to(dtype)
+
+
+def hc_expand(x, *, n, dtype):
+    return x.to(dtype)[:, None, :].expand(-1, n, -1).contiguous()
+
+
+def hc_pre(x, fn, base, scale, *, n, norm_eps, hc_eps, iters):
+    t = x.shape[0]
+    m = rms(x.reshape(t, -1), norm_eps) @ fn.float().T
+    pre = torch.sigmoid(scale[0] * m[:, :n] + base[:n]) + hc_eps
+    post = 2 * torch.sigmoid(scale[1] * m[:, n: 2 * n] + base[n: 2 * n])
+    comb = sinkhorn((scale[2] * m[:, 2 * n:] + base[2 * n:]).view(t, n, n), hc_eps, iters)
+    return (pre[:, :, None] * x).sum(1), post, comb
+
+
+def hc_post(f, x, post, comb):
+    return post[:, :, None] * f.float()[:, None, :] + torch.einsum("tij,tid->tjd", comb, x)
+
+
+def hc_head_mean(x):
+    return x.mean(1)
+
+
+def lm_head(x, w):
+    return F.linear(x.to(w.dtype), w).float()

@@ -1,0 +1,56 @@
+"""Timing and the hardware limits, measured in the benchmark's own process: a median over many
+event-timed runs after warm-up; HBM bandwidth from a large device-to-device copy (bytes read +
+written) and the bf16 matmul peak from a large torch.mm."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int = 3,
+                   reps: int = 20) -> float:
+    for _ in range(warmup):
+        fn()
+    if device.type != "cuda":
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events) / 1e3
+
+
+@dataclass(frozen=True)
+class Limits:
+    bandwidth: float  # bytes / s, read + written
+    matmul_peak: float  # FLOP / s (bf16 on a GPU, fp32 on the CPU)
+
+    def as_dict(self) -> dict:
+        return {"hbm_bytes_per_s": self.bandwidth, "matmul_flop_per_s": self.matmul_peak}
+
+
+def measure_limits(device: torch.device) -> Limits:
+    gpu = device.type == "cuda"
+    n = (2 << 30) if gpu else (64 << 20)
+    src = torch.empty(n, dtype=torch.uint8, device=device).random_(0, 255)
+    dst = torch.empty_like(src)
+    bw = 2 * n / median_seconds(lambda: dst.copy_(src), device, reps=10)
+    size, dt = (8192, torch.bfloat16) if gpu else (512, torch.float32)
+    a = torch.randn(size, size, device=device, dtype=dt)
+    b = torch.randn(size, size, device=device, dtype=dt)
+    peak = 2 * size ** 3 / median_seconds(lambda: torch.mm(a, b), device, reps=10)
+    return Limits(bw, peak)

@@ -1,0 +1,224 @@
+"""The scenarios: a decode step at batch 1 over a context, a prefill, and one mHC site alone.
+Each times the engine's recorded step, the lowered PyTorch baseline eager and under
+torch.compile, checks that they agree first, and counts the minimum work (bytes or FLOPs)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+import hyperloom
+from hyperloom.bench.lowering import lower
+from hyperloom.bench.measure import Limits, median_seconds
+from hyperloom.codegen.compilation import compile_graph
+from hyperloom.ir.builder import GraphBuilder, Residual
+from hyperloom.ir.graph import Graph
+from hyperloom.ir.state import StateStore
+from hyperloom.ir.types import T, TensorType
+from hyperloom.models import Model
+from hyperloom.models.random_weights import random_weights
+from hyperloom.runtime.program import Program
+
+
+@dataclass
+class Result:
+    scenario: str
+    work: float  # minimum bytes (decode, site) or FLOPs (prefill) the step needs
+    unit: str  # "bytes" | "flops"
+    ours_s: float
+    baselines_s: dict[str, float] = field(default_factory=dict)  # mode -> seconds
+    compile_s: dict[str, float] = field(default_factory=dict)  # who -> seconds
+    kernels: int = 0
+    rel_err: float = 0.0  # engine vs eager baseline on the checked output
+
+    def fraction(self, limits: Limits) -> float:
+        rate = limits.bandwidth if self.unit == "bytes" else limits.matmul_peak
+        return self.work / self.ours_s / rate
+
+
+# engine vs baseline before timing: relative error of the checked output
+TOLERANCE = {torch.bfloat16: 2e-2, torch.float32: 1e-4}
+
+
+class AgreementError(AssertionError):
+    """The engine and the baseline disagree: timing them would compare different work."""
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def _check(ours: torch.Tensor, base: torch.Tensor, tol: float, what: str) -> float:
+    err = _rel(ours.float(), base.float())
+    if not err <= tol:
+        raise AgreementError(f"{what}: engine and baseline disagree (relative error {err:.3g} > "
+                             f"{tol:g}); refusing to time different work")
+    return err
+
+
+def _timed(fn, *args) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t, out
+
+
+class Bench:
+    def __init__(self, model: Model, device: torch.device, dtype: torch.dtype, tol: float,
+                 seed: int = 0, compile_modes: bool = True):
+        self.model, self.device, self.dtype, self.tol = model, device, dtype, tol
+        self.weights = random_weights(model, seed)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.compile_modes = compile_modes
+
+    def ids(self, n: int) -> torch.Tensor:
+        return torch.randint(0, self.model.vocab_size, (n,), generator=self.gen)
+
+    def _engine(self, max_seq_len: int, chunk: int):
+        return hyperloom.compile(self.model, self.weights, self.device, self.dtype,
+                                 max_seq_len=max_seq_len, max_sequences=1, prefill_chunk=chunk)
+
+    def _baseline(self, graph: Graph, max_seq_len: int):
+        return lower(graph, self.weights, max_seq_len, self.device)
+
+    # -- decode --------------------------------------------------------------------------
+    def decode(self, ctx: int) -> Result:
+        cap = ctx + 16
+        t0 = time.perf_counter()
+        eng = self._engine(cap, min(ctx, 2048))
+        seq = eng.new_sequence()
+        prompt, tok = self.ids(ctx), self.ids(1)
+        eng.prefill(seq, prompt)
+        ours = eng.decode([seq], tok)
+        build = time.perf_counter() - t0
+        replay = eng.runners["main"].recorded[1]
+        base = self._baseline(self.model.main, cap)
+        pos = torch.tensor([ctx], device=self.device)
+        tok_d = tok.to(self.device)
+        base(prompt.to(self.device), torch.arange(ctx, device=self.device))
+        err = _check(ours[0], base(tok_d, pos)[0][0], self.tol, f"decode ctx {ctx}")
+        r = Result(f"decode b1 ctx{ctx}", decode_bytes(self.model, ctx), "bytes",
+                   median_seconds(replay, self.device), kernels=_launches(eng), rel_err=err)
+        r.compile_s["ours (first step)"] = build
+        r.baselines_s["eager"] = median_seconds(lambda: base(tok_d, pos), self.device)
+        if self.compile_modes:
+            cm = torch.compile(base, mode="reduce-overhead")
+            r.compile_s["torch.compile"], _ = _timed(lambda: [cm(tok_d, pos) for _ in range(3)])
+            r.baselines_s["reduce-overhead"] = median_seconds(lambda: cm(tok_d, pos), self.device)
+        return r
+
+    # -- prefill -------------------------------------------------------------------------
+    def prefill(self, n: int) -> Result:
+        eng = self._engine(n + 16, n)
+        prompt = self.ids(n)
+        seq = eng.new_sequence()
+        ours = eng.prefill(seq, prompt)
+        prog, runner = eng.programs["main"], eng.runners["main"]
+        base = self._baseline(self.model.main, n + 16)
+        ids_d, pos_d = prompt.to(self.device), torch.arange(n, device=self.device)
+        err = _check(ours, base(ids_d, pos_d)[0], self.tol, f"prefill {n}")
+        r = Result(f"prefill {n}", prefill_flops(self.model, n), "flops",
+                   median_seconds(lambda: runner.run(n, n), self.device, reps=10),
+                   kernels=_launches(eng), rel_err=err)
+        r.baselines_s["eager"] = median_seconds(lambda: base(ids_d, pos_d), self.device, reps=10)
+        if self.compile_modes:
+            for mode in ("default", "max-autotune-no-cudagraphs"):
+                cm = torch.compile(base, mode=mode)
+                r.compile_s[f"torch.compile {mode}"], _ = _timed(cm, ids_d, pos_d)
+                r.baselines_s[mode] = median_seconds(lambda: cm(ids_d, pos_d), self.device,
+                                                     reps=10)
+        del prog
+        return r
+
+    # -- one mHC site --------------------------------------------------------------------
+    def site(self, rows: int) -> Result:
+        graph = site_graph(self.model)
+        weights = random_weights(_as_model(graph), seed=1)
+        comp = compile_graph(graph, rows)
+        prog = Program(comp, weights, StateStore((), 1, 1, self.device), self.device)
+        x = torch.randn((rows, *[int(s) for s in graph.inputs[0][1].shape[1:]]),
+                        generator=self.gen).to(self.device)
+        prog.inputs["%x"][:rows].copy_(x)
+        launches = prog.record(rows, rows)
+        for f in launches:
+            f()
+        base = lower(graph, weights, 1, self.device)
+        err = _check(prog.outputs(rows)["streams"], base(x)[0], self.tol, f"site {rows}")
+        r = Result(f"mhc site {rows}", site_bytes(graph, rows), "bytes",
+                   median_seconds(lambda: [f() for f in launches], self.device),
+                   kernels=sum(k.launches for k in comp.plan.kernels), rel_err=err)
+        r.baselines_s["eager"] = median_seconds(lambda: base(x), self.device)
+        if self.compile_modes:
+            cm = torch.compile(base)
+            r.compile_s["torch.compile"], _ = _timed(cm, x)
+            r.baselines_s["default"] = median_seconds(lambda: cm(x), self.device)
+        return r
+
+
+def _launches(eng) -> int:
+    return sum(k.launches for k in eng.programs["main"].plan.kernels)
+
+
+def _nbytes(graph: Graph, skip: tuple[str, ...] = ()) -> int:
+    total = 0
+    for p in graph.params:
+        if p.name in skip:
+            continue
+        n = p.type.dtype.torch.itemsize
+        for s in p.type.shape:
+            n *= int(s)
+        total += n
+    return total
+
+
+def decode_bytes(model: Model, ctx: int) -> float:
+    """Every weight once (one row of the embedding table) plus the whole KV cache once."""
+    emb = model.main.param("embed_tokens.weight").type
+    row = int(emb.shape[1]) * emb.dtype.torch.itemsize
+    weights = _nbytes(model.main, skip=("embed_tokens.weight",)) + row
+    kv = 0
+    for d in model.main.states():
+        n = ctx * d.type.dtype.torch.itemsize
+        for s in d.type.shape[1:]:
+            n *= int(s)
+        kv += n
+    return float(weights + kv)
+
+
+def prefill_flops(model: Model, n: int) -> float:
+    """2 n (GEMM weights) plus causal attention's 2 n^2 H d per layer (QK^T and PV, halved)."""
+    from hyperloom.ir.ops import Op
+
+    gemm = 0
+    for node in model.main.nodes:
+        if node.op in (Op.LINEAR, Op.LM_HEAD):
+            w = model.main.param(node.args[1][1:]).type.shape
+            gemm += int(w[0]) * int(w[1])
+    attn = sum(n * n * node.attrs.heads * node.attrs.head_dim * 2
+               for node in model.main.nodes if node.op is Op.ATTENTION)
+    return float(2 * n * gemm + attn)
+
+
+def site_graph(model: Model) -> Graph:
+    """One mHC site of the model's first layer: hc_pre -> norm -> o_proj-sized projection ->
+    hc_post, on an fp32 highway of hc_mult streams."""
+    cfg = model.config
+    n, d = cfg.hc_mult, cfg.hidden_size
+    b = GraphBuilder(f"site_{d}", model.main.param("layers.0.input_layernorm.weight").type.dtype)
+    res = Residual(b, n, cfg.rms_norm_eps)
+    res.stream = b.input("x", TensorType.make("f32", T, n, d))
+    res.site("site.hc", "site.norm.weight", lambda y: b.linear(y, "site.proj.weight", d))
+    return b.finish(streams=res.stream)
+
+
+def site_bytes(graph: Graph, rows: int) -> float:
+    """Streams read once and written once, plus the weights once."""
+    shape = graph.inputs[0][1].shape
+    streams = rows * int(shape[1]) * int(shape[2]) * 4
+    return float(2 * streams + _nbytes(graph))
+
+
+def _as_model(graph: Graph) -> Model:
+    return Model("site", None, graph, None, 0)
