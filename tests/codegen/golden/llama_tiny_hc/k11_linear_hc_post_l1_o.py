@@ -1,6 +1,6 @@
 # k11_linear_hc_post_l1_o: matmul
 # fuses: %27 linear, %28 hc_post
-# node: %28 = linear_hc_post(%26, @layers.1.self_attn.o_proj.weight, %18, %19.1, %19.2) : f32[T, 4, 64]  # fused: %27 linear, %28 hc_post
+# node: %28 = linear_hc_post(%26, @layers.1.self_attn.o_proj.weight, %18, %19.1, %19.2) {eps=None} : f32[T, 4, 64]  # fused: %27 linear, %28 hc_post
 # %26 -> arena+131072 col 0 [64]
 # @layers.1.self_attn.o_proj.weight -> weights
 # %18 -> arena+0 col 0 [4, 64]

@@ -1,6 +1,6 @@
 # k14_linear_hc_post_l1_down: matmul
 # fuses: %34 linear, %35 hc_post
-# node: %35 = linear_hc_post(%33, @layers.1.mlp.down_proj.weight, %28, %29.1, %29.2) : f32[T, 4, 64]  # fused: %34 linear, %35 hc_post
+# node: %35 = linear_hc_post(%33, @layers.1.mlp.down_proj.weight, %28, %29.1, %29.2) {eps=None} : f32[T, 4, 64]  # fused: %34 linear, %35 hc_post
 # %33 -> arena+131072 col 0 [128]
 # @layers.1.mlp.down_proj.weight -> weights
 # %28 -> arena+65536 col 0 [4, 64]
