@@ -16,7 +16,8 @@ def _env(name: str, default: str) -> str:
 
 @dataclass
 class Config:
-    max_seq_len: int = field(default=4096, metadata={"help": "per-sequence cache capacity (tokens)"})
+    max_seq_len: int = field(default=4096,
+                             metadata={"help": "per-sequence cache capacity (tokens)"})
     max_sequences: int = field(default=8, metadata={"help": "sequence slots in the state pools"})
     prefill_chunk: int = field(default=256, metadata={"help": "rows per prefill step (arena rows)"})
     dump_dir: str = field(default_factory=lambda: _env("HYPERLOOM_DUMP_DIR", ""),
@@ -29,7 +30,7 @@ class Config:
                             metadata={"help": "Triton runs in its CPU interpreter (TRITON_INTERPRET"
                                       "=1, the default without CUDA); dot operands upcast to fp32"})
     max_random_bytes: int = field(default=8 << 30,
-                                  metadata={"help": "refuse seeded random weights larger than this"})
+                                  metadata={"help": "refuse larger seeded random weights"})
 
 
 def _default_interpreter() -> None:

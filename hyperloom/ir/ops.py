@@ -1,7 +1,8 @@
 """The ops of the layer IR and their typed attribute records.
 
-Ops are UPPER_SNAKE in the enum and lower_snake in IR text. Every op has its own frozen attrs record;
-stateful ops carry `state`, the name under which the runtime keeps their per-sequence state.
+Ops are UPPER_SNAKE in the enum and lower_snake in IR text. Every op has its own frozen attrs
+record; stateful ops carry `state`, the name under which the runtime keeps their per-sequence
+state. The fused ops at the end are introduced by the passes.
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ def _rowmeta(slot: TensorType, pos: TensorType, rows: sympy.Expr) -> None:
 def _embedding(a: Types, _: object) -> tuple[TensorType, ...]:
     ids, w = a
     _int(ids, "ids")
-    _need(ids.rank == 1 and w.rank == 2, f"embedding wants ids [T] and table [V, D], got {ids}, {w}")
+    _need(ids.rank == 1 and w.rank == 2,
+          f"embedding wants ids [T] and table [V, D], got {ids}, {w}")
     return (w.with_shape(ids.shape[0], w.shape[1]),)
 
 
@@ -179,14 +180,16 @@ def _router(a: Types, at: ops.RouterAttrs) -> tuple[TensorType, ...]:
     t = _rows(x, "x")
     _shape(w, w.shape[0], x.shape[1], what="router weight")
     _shape(bias, w.shape[0], what="e_score_correction_bias")
-    _need(w.shape[0] % at.n_group == 0, f"{w.shape[0]} experts not divisible by n_group {at.n_group}")
+    _need(w.shape[0] % at.n_group == 0,
+          f"{w.shape[0]} experts not divisible by n_group {at.n_group}")
     return (TensorType.make(F32, t, at.top_k), TensorType.make(DType.I32, t, at.top_k))
 
 
 def _experts(a: Types, _: object) -> tuple[TensorType, ...]:
     x, wts, ids, wg, wu, wd = a
     t = _rows(x, "x")
-    _need(wts.shape == ids.shape and wts.shape[0] == t, f"weights {wts} and ids {ids} must be [T, k]")
+    _need(wts.shape == ids.shape and wts.shape[0] == t,
+          f"weights {wts} and ids {ids} must be [T, k]")
     e, i, d = wg.shape
     _need(d == x.shape[1], f"expert gate {wg} does not match x {x}")
     _shape(wu, e, i, d, what="expert up")

@@ -45,7 +45,8 @@ class DType(enum.Enum):
 
 _TORCH = {
     DType.F64: torch.float64, DType.F32: torch.float32, DType.BF16: torch.bfloat16,
-    DType.F16: torch.float16, DType.I64: torch.int64, DType.I32: torch.int32, DType.BOOL: torch.bool,
+    DType.F16: torch.float16, DType.I64: torch.int64, DType.I32: torch.int32,
+    DType.BOOL: torch.bool,
 }
 _FROM_TORCH = {v: k for k, v in _TORCH.items()}
 _BY_NAME = {d.value: d for d in DType} | {

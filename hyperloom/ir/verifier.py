@@ -105,7 +105,8 @@ def verify(graph: Graph) -> Graph:
         try:
             _check_node(node, types, states)
         except IRError as e:
-            raise IRError(f"graph {graph.name}, node {node.outs[0]}: {e}\n{context(graph, i)}") from None
+            where = f"graph {graph.name}, node {node.outs[0]}"
+            raise IRError(f"{where}: {e}\n{context(graph, i)}") from None
         types.update(zip(node.outs, node.types))
     for label, value in graph.outputs:
         if not value.startswith("%"):

@@ -47,7 +47,8 @@ def kda_block(b: GraphBuilder, prefix: str, x: str, rows: tuple[str, str, str], 
     beta = b.linear(x, prefix + "b_proj.weight", heads)
     o = b.one(Op.KDA, q, k, v, g, beta, slot, pos,
               attrs=ops.KDAAttrs(heads, head_dim, state=prefix + "kda"))
-    gate = b.linear(b.linear(x, prefix + "g_a_proj.weight", head_dim), prefix + "g_b_proj.weight", c)
+    gate = b.linear(b.linear(x, prefix + "g_a_proj.weight", head_dim),
+                    prefix + "g_b_proj.weight", c)
     o = b.one(Op.GATED_RMSNORM, o, gate, b.param(prefix + "o_norm.weight", head_dim),
               attrs=ops.GatedNormAttrs(eps, head_dim))
     return b.linear(o, prefix + "o_proj.weight", d)
@@ -93,7 +94,8 @@ def moe_block(b: GraphBuilder, prefix: str, x: str, experts: int, inter: int, sh
                                     b.param(prefix + "gate.e_score_correction_bias", experts,
                                             dtype=F32)), router)
     stack = prefix + "experts.*."
-    routed = b.one(Op.MOE_EXPERTS, x, w, ids, b.param(stack + "gate_proj.weight", experts, inter, d),
+    routed = b.one(Op.MOE_EXPERTS, x, w, ids,
+                   b.param(stack + "gate_proj.weight", experts, inter, d),
                    b.param(stack + "up_proj.weight", experts, inter, d),
                    b.param(stack + "down_proj.weight", experts, d, inter),
                    attrs=ops.ExpertsAttrs(limit))
@@ -102,7 +104,8 @@ def moe_block(b: GraphBuilder, prefix: str, x: str, experts: int, inter: int, sh
     return b.one(Op.ADD, routed, swiglu_mlp(b, prefix + "shared_experts.", x, shared_inter, limit))
 
 
-def lm_head(b: GraphBuilder, h: str, norm: str, head: str, vocab: int, eps: float) -> tuple[str, str]:
+def lm_head(b: GraphBuilder, h: str, norm: str, head: str, vocab: int,
+            eps: float) -> tuple[str, str]:
     """Final norm + LM head; returns (logits, normed hidden)."""
     h = b.rmsnorm(h, norm, eps)
     d = b.type_of(h).shape[1]

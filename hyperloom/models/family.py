@@ -43,7 +43,8 @@ class Family:
 
     def config(self, name: str, layers: int | None = None) -> Any:
         if name not in self.configs:
-            raise SpecError(f"{self.name} has no config {name!r}; configs: {', '.join(self.configs)}")
+            raise SpecError(f"{self.name} has no config {name!r}; "
+                            f"configs: {', '.join(self.configs)}")
         cfg = self.configs[name]
         return truncate(cfg, layers) if layers is not None else cfg
 

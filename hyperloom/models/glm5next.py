@@ -186,7 +186,8 @@ def from_hf(d: dict) -> GlmConfig:
     text.setdefault("num_nextn_predict_layers", 0)
     text["layer_types"] = [DSA if t == "full_attention" else t for t in text["layer_types"]]
     if text.get("qk_rope_head_dim", 0):
-        require(False, "qk_rope_head_dim", f"{text['qk_rope_head_dim']}: only NoPE MLA is supported")
+        require(False, "qk_rope_head_dim",
+                f"{text['qk_rope_head_dim']}: only NoPE MLA is supported")
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in text.items() if k in _FIELDS}
     try:
         return GlmConfig(**kw)

@@ -58,7 +58,8 @@ def build(c: LlamaConfig, dtype: DType) -> Model:
         attn = ops.AttentionAttrs(c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                                   c.head_dim ** -0.5, state=p + "self_attn")
         res.site(p + "hc_attn", p + "input_layernorm.weight",
-                 lambda x, p=p, a=attn: blocks.gqa_attention(b, p + "self_attn.", x, rows, a, c.rope()))
+                 lambda x, p=p, a=attn: blocks.gqa_attention(b, p + "self_attn.", x, rows, a,
+                                                              c.rope()))
         res.site(p + "hc_ffn", p + "post_attention_layernorm.weight",
                  lambda x, p=p: blocks.swiglu_mlp(b, p + "mlp.", x, c.intermediate_size, None))
     head = "embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight"

@@ -12,7 +12,6 @@ import torch
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import attention, embedding, hc_pre, matmul
 from hyperloom.codegen.specs import attention_spec, embedding_spec, hc_pre_spec, matmul_spec
-from hyperloom.ir.graph import Node
 from hyperloom.ir.ops import Op
 from hyperloom.ir.semantics import EVAL, Ctx
 from hyperloom.ir.semantics.dense import rope_inv_freq

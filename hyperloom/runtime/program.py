@@ -1,7 +1,7 @@
-"""A Program: one graph compiled for a device. It runs nothing new: it takes a Compilation (the
-PIPELINE's graph, arena and kernel plans, kernel sources), binds weights, allocates the arena and the static row inputs, and turns the kernel
-plan into a launch list. `record(rows, seq_rows)` fixes a step's launches (replayed as is on
-the CPU, captured into a CUDA graph on the GPU)."""
+"""A Program: one graph compiled for one device. It takes a Compilation (the PIPELINE's graph,
+the arena and kernel plans, the kernel sources), binds weights, allocates the arena and the
+static row inputs, and turns the kernel plan into a launch list. `record(rows, seq_rows)` fixes
+a step's launches (replayed as is on the CPU, captured into a CUDA graph on the GPU)."""
 
 from __future__ import annotations
 
