@@ -7,11 +7,12 @@ Triton kernels replayed as CUDA graphs.
 
 import hyperloom.config  # noqa: F401  (first: it picks Triton's interpreter when there is no GPU)
 from hyperloom.api import build, compile, engine, from_pretrained, load
+from hyperloom.ir.sampling import Sampling
 from hyperloom.errors import (
     CapacityError, CheckpointError, HyperloomError, InputError, IRError, SpecError,
 )
 
 __all__ = [
-    "build", "compile", "engine", "from_pretrained", "load", "CapacityError", "CheckpointError",
+    "Sampling", "build", "compile", "engine", "from_pretrained", "load", "CapacityError", "CheckpointError",
     "HyperloomError", "InputError", "IRError", "SpecError",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -133,11 +134,24 @@ def _engine(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    prompt = _ids(args.prompt_ids)
+    from tqdm import tqdm
+
+    from hyperloom.ir.sampling import Sampling
+
+    prompts = [_ids(p) for p in args.prompt_ids.split(";")]
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    params = Sampling(args.temperature, args.top_k, args.top_p, args.seed, args.max_new_tokens,
+                      tuple(_ids(args.stop)) if args.stop else ())
     eng, what, model = _engine(args)
-    tokens = eng.generate(prompt, args.max_new_tokens)
+    bar = tqdm(total=len(prompts) * args.max_new_tokens, unit="tok", disable=args.json,
+               leave=False, file=sys.stderr)
+    t0 = time.perf_counter()
+    out = eng.generate(prompts, sampling=params, on_token=lambda i, t: bar.update())
+    seconds = time.perf_counter() - t0
+    bar.close()
+    tokens = out[0] if len(prompts) == 1 else out
+    prompt = prompts[0] if len(prompts) == 1 else prompts
     if args.json:
         print(json.dumps({"model": what, "backend": args.backend, "prompt": prompt,
                           "tokens": tokens}))
@@ -150,8 +164,11 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(f"kernels ({name}): {len(plan.kernels)} entries, "
               f"{sum(k.launches for k in plan.kernels)} launches per step, "
               f"{len(plan.fallbacks)} on the interpreter; arena {prog.arena.total_bytes} B")
-    print(f"prompt:  {prompt}")
-    print(f"tokens:  {tokens}")
+    for p, t in zip(prompts, out):
+        print(f"prompt:  {p}")
+        print(f"tokens:  {t}")
+    n = sum(len(t) for t in out)
+    print(f"{n} tokens in {seconds:.2f} s ({n / seconds:.1f} tokens/s, {len(prompts)} prompts)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -196,9 +213,14 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="greedy generation (default: tiny GLM-5.3, random weights)")
     r.add_argument("model", nargs="?", default="glm5next", help="model name or checkpoint dir")
     _spec_args(r)
-    r.add_argument("--prompt-ids", default="1,2,3,4,5,6,7,8,9,10,11,12")
+    r.add_argument("--prompt-ids", default="1,2,3,4,5,6,7,8,9,10,11,12",
+                   help="comma-separated ids; several prompts separated by ';'")
     r.add_argument("--max-new-tokens", type=int, default=8)
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0, help="random weights and sampling seed")
+    r.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    r.add_argument("--top-k", type=int, default=0)
+    r.add_argument("--top-p", type=float, default=1.0)
+    r.add_argument("--stop", help="comma-separated stop token ids")
     r.add_argument("--device", default="cpu")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.add_argument("--backend", choices=hyperloom.api.BACKENDS, default="compiled")

@@ -8,6 +8,10 @@ it was: token ids against the vocabulary, lengths against the capacity, sequence
 
 from __future__ import annotations
 
+import dataclasses
+import numbers
+from collections import deque
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
@@ -17,6 +21,7 @@ from hyperloom.errors import CapacityError, InputError
 from hyperloom.ir.derive import bind
 from hyperloom.ir.graph import Graph
 from hyperloom.ir.interpreter import run_graph
+from hyperloom.ir.sampling import Sampler, Sampling
 from hyperloom.ir.state import StateStore
 
 
@@ -39,6 +44,7 @@ class Engine:
     """Sequence bookkeeping, input checks and the step API; subclasses run the graphs."""
 
     prefill_chunk: int | None = None  # rows per prefill step (None: the whole prompt)
+    max_step_rows: int | None = None  # rows one step may hold (None: any)
 
     def __init__(self, graphs: dict[str, Graph], state: StateStore, vocab_size: int,
                  max_seq_len: int, max_sequences: int, model: object = None):
@@ -120,18 +126,42 @@ class Engine:
         seq.draft_length += len(ids)
         return out["logits"].float()
 
-    def generate(self, prompt: Seq[int], max_new_tokens: int) -> list[int]:
-        """Greedy generation for one prompt; the sequence is freed afterwards."""
-        seq = self.new_sequence()
-        try:
-            tok = int(self.prefill(seq, prompt)[-1].argmax())
-            out = [tok]
-            while len(out) < max_new_tokens:
-                tok = int(self.decode([seq], [tok])[0].argmax())
-                out.append(tok)
-            return out
-        finally:
-            self.free(seq)
+    def step(self, batch: Seq[tuple[Sequence, Seq[int]]]) -> list[torch.Tensor]:
+        """One step over rows of several sequences at once (decode rows and prefill chunks
+        mixed): each (sequence, ids) appends ids at the sequence's end; returns each entry's
+        logits rows [len(ids), vocab] fp32."""
+        seqs = [s for s, _ in batch]
+        ids = [self._ids(t) for _, t in batch]
+        counts = [len(t) for t in ids]
+        if self.max_step_rows and sum(counts) > self.max_step_rows:
+            raise InputError(f"a step of {sum(counts)} rows exceeds the {self.max_step_rows} "
+                             "rows the engine was planned for (prefill_chunk / max_sequences)")
+        self._check_step(seqs, counts, "length")
+        out = self._step("main", torch.cat(ids), seqs, [s.length for s in seqs], counts)
+        for s, n in zip(seqs, counts):
+            s.length += n
+        return list(out["logits"].float().split(counts))
+
+    def generate(self, prompts: Seq[int] | Seq[Seq[int]], max_new_tokens: int | None = None,
+                 sampling: Sampling | Seq[Sampling] | None = None,
+                 on_token: Callable[[int, int], None] | None = None) -> list:
+        """Continuous batching: prompts join as slots free up, prefill chunks share steps with
+        the decode rows of running sequences, finished sequences leave. A flat list of ids is one
+        prompt (returns its tokens); a list of prompts returns a list of token lists.
+        `on_token(prompt_index, token)` streams tokens as they are chosen."""
+        single = (isinstance(prompts, torch.Tensor) and prompts.dim() == 1) or (
+            len(prompts) > 0 and isinstance(prompts[0], numbers.Integral))
+        reqs = [_Request(i, [int(t) for t in p], _params(sampling, i, max_new_tokens))
+                for i, p in enumerate([prompts] if single else prompts)]
+        for r in reqs:
+            self._ids(r.todo)
+            need = len(r.todo) + r.sampler.params.max_new_tokens
+            if need > self.max_seq_len:
+                raise CapacityError(f"prompt {r.index}: {len(r.todo)} tokens + "
+                                    f"{r.sampler.params.max_new_tokens} new exceed the capacity "
+                                    f"of {self.max_seq_len} (max_seq_len)")
+        _Scheduler(self, reqs, on_token).run()
+        return reqs[0].tokens if single else [r.tokens for r in reqs]
 
     # -- internals ---------------------------------------------------------------------------
     def _ids(self, ids: Seq[int] | torch.Tensor) -> torch.Tensor:
@@ -193,3 +223,71 @@ class ReferenceEngine(Engine):
     def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         inputs = {k: v.to(self.device) for k, v in inputs.items()}
         return run_graph(self.graphs[graph], self.weights, inputs, self.state, self.dtype)
+
+
+def _params(sampling: Sampling | Seq[Sampling] | None, i: int,
+            max_new_tokens: int | None) -> Sampling:
+    p = sampling[i] if isinstance(sampling, (list, tuple)) else (sampling or Sampling())
+    return dataclasses.replace(p, max_new_tokens=max_new_tokens) if max_new_tokens else p
+
+
+@dataclass(eq=False)
+class _Request:
+    index: int
+    todo: list[int]  # prompt tokens not yet prefilled
+    params: Sampling
+    seq: Sequence | None = None
+    tokens: list[int] = field(default_factory=list)
+    sampler: Sampler = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sampler = Sampler(self.params)
+
+
+class _Scheduler:
+    """Admits requests into free slots, builds each step (decode rows first, then prefill
+    chunks under the step's row budget), samples, and retires finished sequences."""
+
+    def __init__(self, eng: Engine, reqs: list[_Request], on_token):
+        self.eng, self.queue, self.live, self.on_token = eng, deque(reqs), [], on_token
+        self.budget = eng.max_step_rows or eng.prefill_chunk or 1 << 30
+
+    def run(self) -> None:
+        try:
+            while self.queue or self.live:
+                while self.queue and self.eng._free:
+                    r = self.queue.popleft()
+                    r.seq = self.eng.new_sequence()
+                    self.live.append(r)
+                self._advance()
+        finally:
+            for r in self.live:
+                self.eng.free(r.seq)
+
+    def _advance(self) -> None:
+        batch, owners = [], []
+        for r in self.live:
+            if not r.todo:
+                batch.append((r.seq, [r.tokens[-1]]))
+                owners.append(r)
+        left = self.budget - len(batch)
+        for r in self.live:
+            if r.todo and left > 0:
+                take = r.todo[:left]
+                batch.append((r.seq, take))
+                owners.append(r)
+                left -= len(take)
+        for r, (_, ids), logits in zip(owners, batch, self.eng.step(batch)):
+            if r.todo:
+                r.todo = r.todo[len(ids):]
+                if r.todo:
+                    continue  # more prompt chunks before the first token
+            self._emit(r, r.sampler(logits[-1]))
+
+    def _emit(self, r: _Request, tok: int) -> None:
+        r.tokens.append(tok)
+        if self.on_token:
+            self.on_token(r.index, tok)
+        if r.sampler.done(r.tokens):
+            self.eng.free(r.seq)
+            self.live.remove(r)

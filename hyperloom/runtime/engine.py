@@ -31,7 +31,7 @@ class CompiledEngine(Engine):
             raise InputError("the compiled backend runs on the CPU only through Triton's "
                              "interpreter: set TRITON_INTERPRET=1 before importing hyperloom")
         self.prefill_chunk = prefill_chunk
-        max_rows = max(prefill_chunk, max_sequences)
+        max_rows = self.max_step_rows = max(prefill_chunk, max_sequences)
         comps = {n: compile_graph(g, max_rows) for n, g in graphs.items()}
         if CONFIG.dump_dir:
             for n, c in comps.items():
