@@ -144,12 +144,12 @@ def cmd_run(args: argparse.Namespace) -> None:
     params = Sampling(args.temperature, args.top_k, args.top_p, args.seed, args.max_new_tokens,
                       tuple(_ids(args.stop)) if args.stop else ())
     eng, what, model = _engine(args)
-    bar = tqdm(total=len(prompts) * args.max_new_tokens, unit="tok", disable=args.json,
-               leave=False, file=sys.stderr)
+    bar = tqdm(total=len(prompts) * args.max_new_tokens, unit="tok", leave=False,
+               disable=args.json or not sys.stderr.isatty(), file=sys.stderr)
     t0 = time.perf_counter()
-    out = eng.generate(prompts, sampling=params, on_token=lambda i, t: bar.update())
+    with bar:
+        out = eng.generate(prompts, sampling=params, on_token=lambda i, t: bar.update())
     seconds = time.perf_counter() - t0
-    bar.close()
     tokens = out[0] if len(prompts) == 1 else out
     prompt = prompts[0] if len(prompts) == 1 else prompts
     if args.json:

@@ -3,6 +3,7 @@ node and its operand types (no tensors needed, so plans and sources can be dumpe
 
 from __future__ import annotations
 
+from hyperloom.config import CONFIG
 from hyperloom.codegen.emitters import attention, embedding, hc_pre, matmul
 from hyperloom.ir.graph import Node
 from hyperloom.ir.ops import Op
@@ -34,4 +35,6 @@ def embedding_spec(node: Node, types: dict) -> embedding.EmbeddingSpec:
 
 def attention_spec(node: Node, types: dict) -> attention.AttentionSpec:
     at = node.attrs
-    return attention.AttentionSpec(at.heads, at.kv_heads, at.head_dim, at.scale, rope=True)
+    # ROPE_ATTENTION's KV cache is paged whenever the runtime pages (same knob, same value)
+    return attention.AttentionSpec(at.heads, at.kv_heads, at.head_dim, at.scale, rope=True,
+                                   block_size=CONFIG.kv_block_size)

@@ -57,6 +57,12 @@ class Engine:
     def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def _reserve(self, seqs: Seq[Sequence], ends: list[int]) -> None:
+        """Back the positions a step will write, before anything runs (paged caches)."""
+
+    def _release(self, seq: Sequence) -> None:
+        """Give back what a freed sequence held (paged caches)."""
+
     # -- sequences ---------------------------------------------------------------------------
     def new_sequence(self) -> Sequence:
         if not self._free:
@@ -69,6 +75,7 @@ class Engine:
     def free(self, seq: Sequence) -> None:
         self._check_live([seq])
         seq.live = False
+        self._release(seq)
         self._free.append(seq.slot)
 
     def snapshot(self, seq: Sequence) -> Snapshot:
@@ -195,6 +202,7 @@ class Engine:
         pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, counts)])
         slot = torch.cat([torch.full((n,), q.slot) for q, n in zip(seqs, counts)])
         inputs = {"ids": ids, "pos": pos, "slot": slot} | extra
+        self._reserve(seqs, [s + n for s, n in zip(starts, counts)])
         saved = {q.slot: self.state.snapshot(q.slot) for q in seqs}
         try:
             return self._run(graph, inputs)

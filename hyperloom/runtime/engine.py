@@ -18,7 +18,11 @@ from hyperloom.codegen.compilation import compile_graph, write_dump
 from hyperloom.config import CONFIG
 from hyperloom.errors import InputError
 from hyperloom.passes.kernel_plan import EMITTER_OF
+from hyperloom.ir.ops import Op
+from hyperloom.runtime.paged import PagedStateStore
 from hyperloom.runtime.program import Program
+
+PAGED_OPS = (Op.ROPE_ATTENTION,)  # ops whose kernels read and write KV through block tables
 from hyperloom.runtime.runner import Runner
 
 
@@ -37,10 +41,18 @@ class CompiledEngine(Engine):
             for n, c in comps.items():
                 write_dump(c, Path(CONFIG.dump_dir), "" if n == "main" else f"{n}_")
         decls = tuple(s for c in comps.values() for s in _storage(c.graph))
-        state = StateStore(decls, max_sequences, max_seq_len, self.device)
+        state = _state_store(comps, decls, max_sequences, max_seq_len, self.device)
         super().__init__(graphs, state, vocab_size, max_seq_len, max_sequences, model)
         self.programs = {n: Program(c, weights, state, self.device) for n, c in comps.items()}
         self.runners = {n: Runner(p, max_sequences) for n, p in self.programs.items()}
+
+    def _reserve(self, seqs, ends: list[int]) -> None:
+        if isinstance(self.state, PagedStateStore):
+            self.state.reserve([(s.slot, e) for s, e in zip(seqs, ends)])
+
+    def _release(self, seq) -> None:
+        if isinstance(self.state, PagedStateStore):
+            self.state.release(seq.slot)
 
     def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         prog, rows = self.programs[graph], len(inputs["ids"])
@@ -49,6 +61,18 @@ class CompiledEngine(Engine):
         seq_rows = int(torch.unique(inputs["slot"], return_counts=True)[1].max())
         self.runners[graph].run(rows, seq_rows)
         return prog.outputs(rows)
+
+
+def _state_store(comps: dict, decls: tuple[StateDecl, ...], slots: int, capacity: int,
+                 device: torch.device) -> StateStore:
+    """Paged blocks for the KV caches that kernels own; contiguous state for the rest."""
+    bs = CONFIG.kv_block_size
+    paged = {d.name for c in comps.values() for n in c.graph.nodes if n.op in PAGED_OPS
+             for d in decls if d.name.startswith(n.state + ".")} if bs else set()
+    if not paged:
+        return StateStore(decls, slots, capacity, device)
+    blocks = CONFIG.kv_blocks or slots * -(-capacity // bs)
+    return PagedStateStore(decls, paged, slots, capacity, bs, blocks, device)
 
 
 def _storage(graph: Graph) -> tuple[StateDecl, ...]:

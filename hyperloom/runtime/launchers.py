@@ -80,10 +80,11 @@ def _attention(entry: KernelEntry, o: Operands, device) -> Launch:
     q_out = o.scratch.setdefault(("q", tuple(q.shape), q.dtype),
                                  torch.empty(q.shape, dtype=q.dtype, device=device))
     kc, vc = o.state[at.state + ".k"], o.state[at.state + ".v"]
+    table = o.state.table if spec.block_size else None  # paged: the slots' block tables
     out = o[node.outs[0]]
     return lambda rows, seq_rows: attention.launch(
         kerns, spec, q=q, k=k, v=v, pos=pos, slot=slot, inv_freq=inv, k_cache=kc, v_cache=vc,
-        q_out=q_out, o=out, rows=rows, seq_rows=seq_rows)
+        q_out=q_out, o=out, rows=rows, seq_rows=seq_rows, block_table=table)
 
 
 def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:

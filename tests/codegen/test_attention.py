@@ -3,16 +3,28 @@ and semantics.attention.attention (fp64): a prefill chunk after an earlier chunk
 of sequences in different slots at different lengths, a chunk and decodes in one step, padding
 rows (slot -1) that must leave every cache alone, GQA ratios 1, 2 and 3, odd head_dim, RoPE on
 and off, both tilings. q, k, v are column slices of one fused qkv buffer. CPU: Triton's
-interpreter in fp32; GPU (`gpu` mark): bf16 on the H200 at Llama-8B sizes, relative error."""
+interpreter in fp32; GPU (`gpu` mark): bf16 on the H200 at Llama-8B sizes, relative error.
+
+Paged caches (block_size 16, 32): block tables shuffled and interleaved between sequences, unused
+pool blocks, table entries past a sequence's blocks and positions past its end poisoned with NaN
+(a read of any of them shows in the output), and a pool of more than 2^31 elements."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters.attention import AttentionSpec, kernel_names, launch_attend
-from hyperloom.codegen.emitters.attention import launch, launch_rope_kv, source
+from hyperloom.codegen.emitters.attention import (
+    AttentionSpec,
+    kernel_names,
+    launch,
+    launch_attend,
+    launch_rope_kv,
+    source,
+)
 from hyperloom.config import overrides
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, attention, dense
@@ -21,6 +33,7 @@ from hyperloom.ir.types import StateDecl, StateKind, TensorType
 from tests.tolerances import assert_close, assert_rel
 
 SLACK = 2  # rows allocated past `rows`: the kernels must leave them untouched
+SPARE = 3  # pool blocks no sequence owns (paged): NaN, never read
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -29,12 +42,19 @@ def _kernel_cache(tmp_path_factory):
         yield
 
 
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit equal, NaN where NaN (poisoned blocks)."""
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
 class Step:
-    """One step: rows (slot, pos), random qkv and random prior cache contents, NaN outputs."""
+    """One step: rows (slot, pos), random qkv and random prior cache contents, NaN outputs.
+    With spec.block_size the caches are block pools behind a shuffled block table; the pool's
+    first `block_base` blocks are left unallocated memory (pages never touched) and unused."""
 
     def __init__(self, spec: AttentionSpec, slot: list[int], pos: list[int], *, slots: int,
                  capacity: int, device: str = "cpu", act: torch.dtype = torch.float32,
-                 seed: int = 0) -> None:
+                 seed: int = 0, block_base: int = 0) -> None:
         self.spec, self.device, self.rows = spec, device, len(slot)
         self.slot = torch.tensor(slot, device=device)
         self.pos = torch.tensor(pos, device=device)
@@ -43,16 +63,52 @@ class Step:
         qkv = torch.randn((self.rows + SLACK, (h + 2 * hkv) * d), generator=gen)
         qkv = qkv.to(device, act)
         self.q, self.k, self.v = qkv.split([h * d, hkv * d, hkv * d], dim=1)
-        kv_shape = (slots, capacity, hkv, d)
-        self.k_cache = torch.randn(kv_shape, generator=gen).to(device, act)
-        self.v_cache = torch.randn(kv_shape, generator=gen).to(device, act)
-        self.k0, self.v0 = self.k_cache.clone(), self.v_cache.clone()
+        self.base, self.table = block_base, None
+        if spec.block_size:
+            self.pools(gen, slot, pos, slots, capacity, act)
+        else:
+            kv_shape = (slots, capacity, hkv, d)
+            self.k_cache = torch.randn(kv_shape, generator=gen).to(device, act)
+            self.v_cache = torch.randn(kv_shape, generator=gen).to(device, act)
+        # prior contents of the part of the caches in use (a paged pool: blocks base..)
+        self.k0, self.v0 = self.k_cache[block_base:].clone(), self.v_cache[block_base:].clone()
         self.q_out = torch.full((self.rows + SLACK, h * d + 8), float("nan"), device=device,
                                 dtype=act)[:, 3: 3 + h * d]
         self.o = torch.full((self.rows + SLACK, h * d), float("nan"), device=device, dtype=act)
         self.rope = ops.RopeAttrs(head_dim=d, theta=10000.0, kind="llama3", factor=8.0,
                                   original_max_position=64)
         self.live = self.slot >= 0
+
+    def pools(self, gen: torch.Generator, slot: list[int], pos: list[int], slots: int,
+              capacity: int, act: torch.dtype) -> None:
+        """Block pools and table: each slot owns the blocks its sequence needs (slot 0 one more),
+        handed out round robin from a shuffled list, so the sequences' blocks interleave; the
+        SPARE blocks nobody owns, table entries past a slot's blocks (they name a spare block)
+        and positions past a sequence's end are NaN."""
+        b, hkv, d = self.spec.block_size, self.spec.kv_heads, self.spec.head_dim
+        ends = {s: 1 + max(p for s2, p in zip(slot, pos) if s2 == s) for s in slot if s >= 0}
+        # slots idle this step hold b + 1 tokens
+        ends = [ends.get(s, min(b + 1, capacity)) for s in range(slots)]
+        max_blocks = -(-capacity // b)
+        owned = [min(-(-e // b) + (s == 0), max_blocks) for s, e in enumerate(ends)]
+        used = sum(owned)
+        phys = (torch.randperm(used + SPARE, generator=gen) + self.base).tolist()
+        table = torch.full((slots, max_blocks), phys[-1], dtype=torch.int32)
+        free = iter(phys[:used])
+        for j in range(max(owned)):
+            for s in range(slots):
+                if j < owned[s]:
+                    table[s, j] = next(free)
+        self.table = table.to(self.device)
+        shape = (self.base + used + SPARE, b, hkv, d)
+        self.k_cache = torch.empty(shape, device=self.device, dtype=act)
+        self.v_cache = torch.empty(shape, device=self.device, dtype=act)
+        for pool in (self.k_cache, self.v_cache):
+            pool[self.base:] = torch.randn((used + SPARE, *shape[1:]), generator=gen).to(pool)
+            pool[phys[used:]] = float("nan")
+            for s, e in enumerate(ends):
+                tail = torch.arange(e, owned[s] * b, device=self.device)
+                pool[self.table[s, tail // b].long(), tail % b] = float("nan")
 
     def kernels(self) -> tuple[object, object]:
         src = source("attn", self.spec, header="test attention")
@@ -62,12 +118,28 @@ class Step:
         inv_freq = dense.rope_inv_freq(self.rope, torch.float32).to(self.device)
         launch_rope_kv(kernel, self.spec, q=self.q, k=self.k, v=self.v, pos=self.pos,
                        slot=self.slot, inv_freq=inv_freq, k_cache=self.k_cache,
-                       v_cache=self.v_cache, q_out=self.q_out, rows=self.rows)
+                       v_cache=self.v_cache, q_out=self.q_out, rows=self.rows,
+                       block_table=self.table)
 
     def run_attend(self, kernel, seq_rows: int) -> None:
         launch_attend(kernel, self.spec, q=self.q_out, k_cache=self.k_cache,
                       v_cache=self.v_cache, pos=self.pos, slot=self.slot, o=self.o,
-                      rows=self.rows, seq_rows=seq_rows)
+                      rows=self.rows, seq_rows=seq_rows, block_table=self.table)
+
+    def locate(self, slot: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where (slot, pos) lives in k0 / v0: [slot, pos], or [table block - base, pos % B]."""
+        if self.table is None:
+            return slot, pos
+        b = self.spec.block_size
+        return self.table[slot, pos // b].long() - self.base, pos % b
+
+    def logical(self, cache0: torch.Tensor) -> torch.Tensor:
+        """Prior contents as [slots, positions, kv_heads, d], seen through the block table."""
+        if self.table is None:
+            return cache0
+        positions = torch.arange(self.table.shape[1] * self.spec.block_size, device=self.device)
+        return cache0[self.locate(torch.arange(self.table.shape[0], device=self.device)[:, None],
+                                  positions[None, :])]
 
     def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         """(roped q, o, k cache, v cache) of the live rows; padding rows are not in any segment."""
@@ -79,21 +151,36 @@ class Step:
             q, k = dense.rope(ctx, self.rope, q, pos), dense.rope(ctx, self.rope, k, pos)
         decl = TensorType.make(dtype, "S", s.kv_heads, s.head_dim)
         decls = (StateDecl("a.k", StateKind.TOKEN, decl), StateDecl("a.v", StateKind.TOKEN, decl))
-        store = StateStore(decls, self.k0.shape[0], self.k0.shape[1], self.device, dtype)
-        store["a.k"].copy_(self.k0)
-        store["a.v"].copy_(self.v0)
+        k0, v0 = self.logical(self.k0), self.logical(self.v0)
+        store = StateStore(decls, k0.shape[0], k0.shape[1], self.device, dtype)
+        store["a.k"].copy_(k0)
+        store["a.v"].copy_(v0)
         at = ops.AttentionAttrs(s.heads, s.kv_heads, s.head_dim, s.scale, "a")
         o = attention.attention(Ctx(dtype, store, segments(slot, pos)), at, q, k,
                                 self.v[: self.rows][live].to(dtype), slot, pos)
         return q, o, store["a.k"], store["a.v"]
+
+    def check_caches(self, k_cache: torch.Tensor, v_cache: torch.Tensor, close) -> None:
+        """The live rows' entries hold the reference's (logical) RoPE(k) and v, found through
+        the table when paged; every other entry, NaN poison included, is bit for bit as before."""
+        slot, pos = self.slot[self.live], self.pos[self.live]
+        at = self.locate(slot, pos)
+        written = torch.zeros(self.k0.shape[:2], dtype=torch.bool, device=self.device)
+        written[at] = True
+        assert int(written.sum()) == len(slot), "two rows mapped to one cache entry"
+        for got, want, old, what in ((self.k_cache, k_cache, self.k0, "k"),
+                                     (self.v_cache, v_cache, self.v0, "v")):
+            got = got[self.base:]
+            close(got[at].float(), want[slot, pos].float(), f"{what} written")
+            assert same(got[~written], old[~written]), f"{what} cache touched elsewhere"
 
     def check_cpu(self, seq_rows: int) -> None:
         rope_kv, attend = self.kernels()
         self.run_rope_kv(rope_kv)
         q, o, k_cache, v_cache = self.reference(torch.float64)
         # caches first: every prior entry kept, the live rows' RoPE(k) and v written
-        assert_close(self.k_cache, k_cache, torch.float32, "k cache")
-        assert_close(self.v_cache, v_cache, torch.float32, "v cache")
+        self.check_caches(k_cache, v_cache,
+                          lambda got, want, what: assert_close(got, want, torch.float32, what))
         assert_close(self.q_out[: self.rows][self.live], q, torch.float32, "roped q")
         self.run_attend(attend, seq_rows)
         assert_close(self.o[: self.rows][self.live], o, torch.float32, "attention")
@@ -104,8 +191,10 @@ class Step:
 GQA = [(4, 4, 16), (4, 2, 16), (6, 2, 24)]  # (heads, kv_heads, head_dim): ratios 1, 2, 3
 
 
-def spec_for(heads: int, kv_heads: int, head_dim: int, rope: bool = True) -> AttentionSpec:
-    return AttentionSpec(heads, kv_heads, head_dim, scale=head_dim ** -0.5, rope=rope)
+def spec_for(heads: int, kv_heads: int, head_dim: int, rope: bool = True,
+             block_size: int = 0) -> AttentionSpec:
+    return AttentionSpec(heads, kv_heads, head_dim, scale=head_dim ** -0.5, rope=rope,
+                         block_size=block_size)
 
 
 @pytest.mark.parametrize("heads,kv_heads,head_dim", GQA)
@@ -139,15 +228,82 @@ def test_chunk_and_decodes_in_one_step(rope: bool) -> None:
         assert torch.equal(step.q_out[: step.rows], step.q[: step.rows]), "q must be copied"
 
 
-def test_only_padding_rows() -> None:
+@pytest.mark.parametrize("block_size", [0, 16])
+def test_only_padding_rows(block_size: int) -> None:
     # through `launch`, both kernels in one call
-    step = Step(spec_for(4, 2, 16), [-1, -1], [0, 4], slots=2, capacity=8, seed=9)
+    step = Step(spec_for(4, 2, 16, block_size=block_size), [-1, -1], [0, 4], slots=2,
+                capacity=8, seed=9)
     inv_freq = dense.rope_inv_freq(step.rope, torch.float32)
     launch(step.kernels(), step.spec, q=step.q, k=step.k, v=step.v, pos=step.pos,
            slot=step.slot, inv_freq=inv_freq, k_cache=step.k_cache, v_cache=step.v_cache,
-           q_out=step.q_out, o=step.o, rows=step.rows)
-    assert torch.equal(step.k_cache, step.k0) and torch.equal(step.v_cache, step.v0)
+           q_out=step.q_out, o=step.o, rows=step.rows, block_table=step.table)
+    assert same(step.k_cache, step.k0) and same(step.v_cache, step.v0)
     assert (step.o[: step.rows] == 0).all()
+
+
+# paged caches: lengths are not multiples of the block size; chunks start and end mid-block
+
+
+@pytest.mark.parametrize("block_size,gqa,tiling", [(16, GQA[1], "prefill"),
+                                                   (32, GQA[2], "prefill"),
+                                                   (32, GQA[1], "decode")])
+def test_paged_prefill_after_earlier_chunk(block_size: int, gqa: tuple[int, int, int],
+                                           tiling: str) -> None:
+    # as the contiguous test: slot 1's rows at positions 45..81 after an earlier chunk
+    n = 37
+    step = Step(spec_for(*gqa, block_size=block_size), [1] * n, list(range(45, 45 + n)),
+                slots=3, capacity=99, seed=block_size + gqa[0])
+    assert step.table[1, : -(-82 // block_size)].diff().ne(1).any(), "table must be shuffled"
+    step.check_cpu(seq_rows=n if tiling == "prefill" else 1)
+
+
+@pytest.mark.parametrize("block_size,gqa", [(16, GQA[1]), (32, GQA[2]), (32, GQA[0])])
+def test_paged_batched_decode_with_padding(block_size: int, gqa: tuple[int, int, int]) -> None:
+    # lengths 1, 71, 130 and 6 in four slots, a padding row between them
+    step = Step(spec_for(*gqa, block_size=block_size), [3, 0, -1, 2, 1], [0, 70, 5, 129, 5],
+                slots=4, capacity=131, seed=block_size + 7 * gqa[0])
+    step.check_cpu(seq_rows=1)
+
+
+@pytest.mark.parametrize("block_size,rope", [(16, True), (32, False)])
+def test_paged_chunk_and_decodes_in_one_step(block_size: int, rope: bool) -> None:
+    slot = [2] * 20 + [0, -1, 1, -1]
+    pos = list(range(10, 30)) + [50, 0, 99, 3]
+    step = Step(spec_for(4, 2, 16, rope, block_size), slot, pos, slots=3, capacity=100,
+                seed=block_size)
+    step.check_cpu(seq_rows=20)
+
+
+def test_paged_pool_past_int32() -> None:
+    # the blocks in use start 2^31 elements into each pool: int32 block offsets would wrap (the
+    # interpreter then faults); the first blocks are never touched, so never backed by memory
+    spec = spec_for(2, 1, 16, block_size=16)
+    base = 2 ** 31 // (16 * spec.kv_heads * spec.head_dim)
+    try:
+        step = Step(spec, [1, 1, 1, -1, 0], [20, 21, 22, 0, 40], slots=2, capacity=64, seed=3,
+                    block_base=base)
+    except RuntimeError as e:  # an OS that will not overcommit 2 x 8 GiB of address space
+        pytest.skip(f"cannot reserve the pools: {e}")
+    assert step.k_cache.numel() > 2 ** 31
+    step.check_cpu(seq_rows=3)
+
+
+def test_paged_arguments_are_checked() -> None:
+    step = Step(spec_for(4, 2, 16, block_size=16), [0], [3], slots=1, capacity=16)
+    rope_kv, attend = step.kernels()
+    with pytest.raises(ValueError, match="needs a block_table"):
+        launch_attend(attend, step.spec, q=step.q_out, k_cache=step.k_cache,
+                      v_cache=step.v_cache, pos=step.pos, slot=step.slot, o=step.o, rows=1)
+    step.table = step.table.long()
+    with pytest.raises(ValueError, match="int32"):
+        step.run_rope_kv(rope_kv)
+    flat = Step(spec_for(4, 2, 16), [0], [3], slots=1, capacity=16)
+    flat.table = step.table.int()
+    with pytest.raises(ValueError, match="contiguous cache"):
+        flat.run_rope_kv(rope_kv)
+    for bad in (8, 24):
+        with pytest.raises(AssertionError):
+            spec_for(4, 2, 16, block_size=bad)
 
 
 def check_gpu(step: Step, seq_rows: int) -> None:
@@ -157,14 +313,8 @@ def check_gpu(step: Step, seq_rows: int) -> None:
     torch.cuda.synchronize()
     q, o, k_cache, v_cache = step.reference(torch.float32)
     live = step.live
-    slot, pos = step.slot[live], step.pos[live]
     assert_rel(step.q_out[: step.rows][live].float(), q, 1e-2, "roped q")
-    assert_rel(step.k_cache[slot, pos].float(), k_cache[slot, pos], 1e-2, "k written")
-    assert_rel(step.v_cache[slot, pos].float(), v_cache[slot, pos], 1e-2, "v written")
-    written = torch.zeros(step.k0.shape[:2], dtype=torch.bool, device=step.device)
-    written[slot, pos] = True
-    assert torch.equal(step.k_cache[~written], step.k0[~written]), "k cache touched elsewhere"
-    assert torch.equal(step.v_cache[~written], step.v0[~written]), "v cache touched elsewhere"
+    step.check_caches(k_cache, v_cache, lambda got, want, what: assert_rel(got, want, 1e-2, what))
     assert_rel(step.o[: step.rows][live].float(), o, 1e-2, "attention")
     assert (step.o[: step.rows][~live] == 0).all()
     assert step.o[step.rows:].isnan().all()
@@ -189,3 +339,33 @@ def test_batched_decode_gpu() -> None:
     step = Step(LLAMA8B, [2, 0, -1, 3, 1], [1023, 2999, 7, 17, 1500], slots=4, capacity=3072,
                 device="cuda", act=torch.bfloat16, seed=1)
     check_gpu(step, seq_rows=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("context,block_size", [(1024, 16), (3000, 32)])
+def test_paged_prefill_gpu(context: int, block_size: int) -> None:
+    n = 512
+    pos = list(range(context - n, context))
+    step = Step(dataclasses.replace(LLAMA8B, block_size=block_size), [1] * n, pos, slots=3,
+                capacity=3072, device="cuda", act=torch.bfloat16, seed=context)
+    check_gpu(step, seq_rows=n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_paged_batched_decode_gpu(block_size: int) -> None:
+    step = Step(dataclasses.replace(LLAMA8B, block_size=block_size), [2, 0, -1, 3, 1],
+                [1023, 2999, 7, 17, 1500], slots=4, capacity=3072, device="cuda",
+                act=torch.bfloat16, seed=block_size)
+    check_gpu(step, seq_rows=1)
+
+
+@pytest.mark.gpu
+def test_paged_pool_past_int32_gpu() -> None:
+    # blocks in use 2^31 elements into 4 GiB bf16 pools; a prefill chunk and decodes
+    spec = dataclasses.replace(LLAMA8B, block_size=16)
+    base = 2 ** 31 // (16 * spec.kv_heads * spec.head_dim)
+    slot, pos = [1] * 64 + [0, -1, 2], list(range(100, 164)) + [700, 0, 33]
+    step = Step(spec, slot, pos, slots=3, capacity=1024, device="cuda", act=torch.bfloat16,
+                seed=2, block_base=base)
+    check_gpu(step, seq_rows=64)

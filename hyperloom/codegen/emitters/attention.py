@@ -13,6 +13,11 @@ heads of one kv head for BLOCK_M rows into one [BLOCK_M * GP, d] tile, so K/V ar
 kv head. Decode uses BLOCK_M = 1; a prefill chunk (`seq_rows` > 1) packs rows too. Rows of a
 block may belong to several sequences: the program walks them one sequence (slot) at a time, so
 any tiling is correct and the host hint only picks speed.
+
+Paged layout (spec.block_size = B > 0): k_cache, v_cache are block pools [num_blocks, B, kv_heads,
+d] and block_table int32 [slots, max_blocks] maps block j of a slot's sequence to a pool block:
+position p of slot s lives at [block_table[s, p // B], p % B]. Both kernels take the table; the
+key loop gathers each key's block through it. block_size 0 emits the contiguous source unchanged.
 """
 
 from __future__ import annotations
@@ -36,10 +41,13 @@ class AttentionSpec:
     head_dim: int
     scale: float
     rope: bool = True
+    block_size: int = 0  # tokens per KV-cache block of a paged cache; 0: contiguous per slot
 
     def __post_init__(self) -> None:
         assert self.heads % self.kv_heads == 0, "heads must be a multiple of kv_heads"
         assert self.head_dim % 2 == 0, "rotate-half RoPE splits head_dim in two halves"
+        b = self.block_size
+        assert b == 0 or (b >= 16 and b & (b - 1) == 0), "block_size: 0 or a power of two >= 16"
 
 
 def kernel_names(name: str) -> tuple[str, str]:
@@ -49,6 +57,14 @@ def kernel_names(name: str) -> tuple[str, str]:
 
 def _comment(header: str) -> str:
     return "".join(f"# {line}\n" for line in header.splitlines())
+
+
+def _paged_args(spec: AttentionSpec) -> tuple[str, str]:
+    """(table arguments after the strides, PAGE constexpr); both empty for a contiguous cache,
+    whose source must stay byte for byte what it was (golden snapshots)."""
+    if not spec.block_size:
+        return "", ""
+    return " bt_ptr, bt_s0,", f",\n        PAGE: tl.constexpr = {spec.block_size}"
 
 
 _ROTATE = '''
@@ -66,15 +82,26 @@ def _rope_heads(src, dst, mask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr
 
 def _rope_kv_source(name: str, spec: AttentionSpec) -> str:
     half = spec.head_dim // 2
+    halfp = triton.next_power_of_2(half)
+    table, page = _paged_args(spec)
+    k_dst, v_dst = "kc_ptr + s * kc_s0 + p * kc_s1", "vc_ptr + s * vc_s0 + p * vc_s1"
+    lookup = ""
+    if spec.block_size:
+        # capacity = max_blocks * PAGE keeps p // PAGE inside the table row; int64 block offsets
+        # (a pool may pass 2^31 elements); the masked load never reads the table for padding
+        lookup = ("    b = tl.load(bt_ptr + s * bt_s0 + p // PAGE, mask=keep, other=0)"
+                  ".to(tl.int64)\n")
+        k_dst = "kc_ptr + b * kc_s0 + (p % PAGE) * kc_s1"
+        v_dst = "vc_ptr + b * vc_s0 + (p % PAGE) * vc_s1"
     return f'''
 @triton.jit
 def {name}(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_ptr,
-        sq, sk, sv, sqo, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,
+        sq, sk, sv, sqo, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,{table}
         H: tl.constexpr = {spec.heads}, HKV: tl.constexpr = {spec.kv_heads},
         HD: tl.constexpr = {spec.head_dim}, HALF: tl.constexpr = {half},
         HP: tl.constexpr = {triton.next_power_of_2(spec.heads)},
         HKVP: tl.constexpr = {triton.next_power_of_2(spec.kv_heads)},
-        HALFP: tl.constexpr = {triton.next_power_of_2(half)}, ROPE: tl.constexpr = {spec.rope}):
+        HALFP: tl.constexpr = {halfp}, ROPE: tl.constexpr = {spec.rope}{page}):
     row = tl.program_id(0).to(tl.int64)
     p = tl.load(pos_ptr + row)
     s = tl.load(slot_ptr + row)
@@ -94,13 +121,13 @@ def {name}(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_p
     keep = (s >= 0) & (p >= 0) & (p < capacity)
     s = tl.where(keep, s, 0)
     p = tl.where(keep, p, 0)
-    hk = tl.arange(0, HKVP)[:, None]
+{lookup}    hk = tl.arange(0, HKVP)[:, None]
     kmask = (hk < HKV) & cmask[None, :] & keep
     _rope_heads(k_ptr + row * sk + hk * HD + c[None, :],
-                kc_ptr + s * kc_s0 + p * kc_s1 + hk * kc_s2 + c[None, :],
+                {k_dst} + hk * kc_s2 + c[None, :],
                 kmask, cos, sin, HALF, ROPE)
     _rope_heads(v_ptr + row * sv + hk * HD + c[None, :],
-                vc_ptr + s * vc_s0 + p * vc_s1 + hk * vc_s2 + c[None, :],
+                {v_dst} + hk * vc_s2 + c[None, :],
                 kmask, cos, sin, HALF, False)
 '''
 
@@ -115,14 +142,28 @@ def _attend_source(name: str, spec: AttentionSpec) -> str:
         loop_tail = "            start += BLOCK_N\n"
     else:
         loop_head, loop_tail = "        for start in range(0, hi, BLOCK_N):\n", ""
+    table, page = _paged_args(spec)
+    base = "cur * kc_s0 + ", "cur * vc_s0 + "
+    k_rows, v_rows = "kp[:, None] * kc_s1", "kp[:, None] * vc_s1"
+    row_table = gather = ""
+    if spec.block_size:
+        # key kp -> row kp % PAGE of pool block blk (int64 offsets); keys past hi stay masked,
+        # so the table is read only for blocks 0..pos // PAGE, which the host allocated
+        base = "", ""
+        row_table = "        bt_row = bt_ptr + cur * bt_s0\n"
+        gather = ("            blk = tl.load(bt_row + kp // PAGE, mask=kp < hi, other=0)"
+                  ".to(tl.int64)\n"
+                  "            kr = blk * kc_s0 + (kp % PAGE) * kc_s1\n"
+                  "            vr = blk * vc_s0 + (kp % PAGE) * vc_s1\n")
+        k_rows, v_rows = "kr[:, None]", "vr[:, None]"
     return f'''
 @triton.jit
 def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
-        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2,
+        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2,{table}
         BLOCK_M: tl.constexpr, GP: tl.constexpr,
         G: tl.constexpr = {spec.heads // spec.kv_heads}, HD: tl.constexpr = {spec.head_dim},
         DP: tl.constexpr = {max(16, triton.next_power_of_2(spec.head_dim))},
-        BLOCK_N: tl.constexpr = {BLOCK_N}, QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}):
+        BLOCK_N: tl.constexpr = {BLOCK_N}, QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
     BM: tl.constexpr = BLOCK_M * GP
     kvh = tl.program_id(1)
     i = tl.arange(0, BM)
@@ -151,18 +192,18 @@ def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
         cur = tl.min(tl.where(todo, slot, 2147483647), axis=0)
         sel = todo & (slot == cur)
         hi = tl.max(tl.where(sel, pos, -1), axis=0) + 1
-        k_base = kc_ptr + cur * kc_s0 + kvh * kc_s2
-        v_base = vc_ptr + cur * vc_s0 + kvh * vc_s2
-{loop_head}            kp = start + n
+        k_base = kc_ptr + {base[0]}kvh * kc_s2
+        v_base = vc_ptr + {base[1]}kvh * vc_s2
+{row_table}{loop_head}            kp = start + n
             kmask = (kp < hi)[:, None] & dmask[None, :]
-            k = tl.load(k_base + kp[:, None] * kc_s1 + dc[None, :], mask=kmask, other=0.0)
+{gather}            k = tl.load(k_base + {k_rows} + dc[None, :], mask=kmask, other=0.0)
             s = tl.dot(q, tl.trans(k{up})) * QK_SCALE
             s = tl.where(sel[:, None] & (kp[None, :] <= pos[:, None]), s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(v_base + kp[:, None] * vc_s1 + dc[None, :], mask=kmask, other=0.0)
+            v = tl.load(v_base + {v_rows} + dc[None, :], mask=kmask, other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty){up}, v{up})
             m_i = m_new
 {loop_tail}        todo = todo & ~sel
@@ -183,10 +224,32 @@ def _check(*tensors: torch.Tensor) -> None:
         assert t.stride(-1) == 1, "last dims must be contiguous"
 
 
+def _table(spec: AttentionSpec, block_table: torch.Tensor | None, k_cache: torch.Tensor,
+           v_cache: torch.Tensor) -> tuple[tuple, int]:
+    """(block-table kernel args, positions one slot can hold); no args for a contiguous cache."""
+    if not spec.block_size:
+        if block_table is not None:
+            raise ValueError("block_table given for a contiguous cache (spec.block_size == 0)")
+        return (), k_cache.shape[1]
+    if block_table is None:
+        raise ValueError(f"a paged cache (block_size {spec.block_size}) needs a block_table")
+    if (block_table.dtype != torch.int32 or block_table.dim() != 2
+            or not block_table.is_contiguous() or block_table.device != k_cache.device):
+        raise ValueError("block_table: contiguous int32 [slots, max_blocks] on the caches' "
+                         f"device, got {block_table.dtype} {tuple(block_table.shape)} on "
+                         f"{block_table.device}")
+    if k_cache.shape[1] != spec.block_size or v_cache.shape[1] != spec.block_size:
+        raise ValueError(f"pools must be [num_blocks, {spec.block_size}, kv_heads, head_dim], "
+                         f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    return (block_table, block_table.stride(0)), block_table.shape[1] * spec.block_size
+
+
 def launch_rope_kv(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tensor,
                    v: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor,
                    inv_freq: torch.Tensor | None, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   q_out: torch.Tensor, rows: int) -> None:
+                   q_out: torch.Tensor, rows: int, block_table: torch.Tensor | None = None) -> None:
+    """block_table: int32 [slots, max_blocks] when spec.block_size > 0, else None."""
+    table, capacity = _table(spec, block_table, k_cache, v_cache)
     if rows == 0:
         return
     _check(q, k, v, k_cache, v_cache, q_out)
@@ -194,7 +257,7 @@ def launch_rope_kv(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Ten
     inv = inv_freq if spec.rope else pos  # never read without RoPE
     kernel[(rows,)](q, k, v, pos, slot, inv, q_out, k_cache, v_cache,
                     q.stride(0), k.stride(0), v.stride(0), q_out.stride(0),
-                    *k_cache.stride()[:3], *v_cache.stride()[:3], k_cache.shape[1], num_warps=4)
+                    *k_cache.stride()[:3], *v_cache.stride()[:3], capacity, *table, num_warps=4)
 
 
 def tiling(spec: AttentionSpec, seq_rows: int) -> tuple[int, int]:
@@ -208,24 +271,29 @@ def tiling(spec: AttentionSpec, seq_rows: int) -> tuple[int, int]:
 
 def launch_attend(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torch.Tensor,
                   v_cache: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, o: torch.Tensor,
-                  rows: int, seq_rows: int = 1) -> None:
-    """seq_rows: the most rows one sequence has in this step; it only picks the tiling."""
+                  rows: int, seq_rows: int = 1, block_table: torch.Tensor | None = None) -> None:
+    """seq_rows: the most rows one sequence has in this step; it only picks the tiling.
+    block_table: int32 [slots, max_blocks] when spec.block_size > 0, else None."""
+    table, _ = _table(spec, block_table, k_cache, v_cache)
     if rows == 0:
         return
     _check(q, k_cache, v_cache, o)
     block_m, gp = tiling(spec, seq_rows)
     kernel[(triton.cdiv(rows, block_m), spec.kv_heads)](
         q, k_cache, v_cache, pos, slot, o, rows, q.stride(0), o.stride(0),
-        *k_cache.stride()[:3], *v_cache.stride()[:3], BLOCK_M=block_m, GP=gp, num_warps=4)
+        *k_cache.stride()[:3], *v_cache.stride()[:3], *table, BLOCK_M=block_m, GP=gp,
+        num_warps=4)
 
 
 def launch(kernels, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
            pos: torch.Tensor, slot: torch.Tensor, inv_freq: torch.Tensor | None,
            k_cache: torch.Tensor, v_cache: torch.Tensor, q_out: torch.Tensor, o: torch.Tensor,
-           rows: int, seq_rows: int = 1) -> None:
-    """Both kernels in order; kernels = the two of kernel_names(name), loaded."""
+           rows: int, seq_rows: int = 1, block_table: torch.Tensor | None = None) -> None:
+    """Both kernels in order; kernels = the two of kernel_names(name), loaded. block_table:
+    int32 [slots, max_blocks] when spec.block_size > 0 (caches are block pools), else None."""
     rope_kv, attend = kernels
     launch_rope_kv(rope_kv, spec, q=q, k=k, v=v, pos=pos, slot=slot, inv_freq=inv_freq,
-                   k_cache=k_cache, v_cache=v_cache, q_out=q_out, rows=rows)
+                   k_cache=k_cache, v_cache=v_cache, q_out=q_out, rows=rows,
+                   block_table=block_table)
     launch_attend(attend, spec, q=q_out, k_cache=k_cache, v_cache=v_cache, pos=pos, slot=slot,
-                  o=o, rows=rows, seq_rows=seq_rows)
+                  o=o, rows=rows, seq_rows=seq_rows, block_table=block_table)
