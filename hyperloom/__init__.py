@@ -13,6 +13,6 @@ from hyperloom.errors import (
 )
 
 __all__ = [
-    "Sampling", "build", "compile", "engine", "from_pretrained", "load", "CapacityError", "CheckpointError",
-    "HyperloomError", "InputError", "IRError", "SpecError",
+    "Sampling", "build", "compile", "engine", "from_pretrained", "load", "CapacityError",
+    "CheckpointError", "HyperloomError", "InputError", "IRError", "SpecError",
 ]

@@ -9,21 +9,21 @@ from pathlib import Path
 
 import torch
 
-from hyperloom.ir.engine import Engine
-from hyperloom.ir.graph import Graph
-from hyperloom.ir.signatures import state_decls
-from hyperloom.ir.state import StateStore
-from hyperloom.ir.types import DType, StateDecl
 from hyperloom.codegen.compilation import compile_graph, write_dump
 from hyperloom.config import CONFIG
 from hyperloom.errors import InputError
-from hyperloom.passes.kernel_plan import EMITTER_OF
+from hyperloom.ir.engine import Engine
+from hyperloom.ir.graph import Graph
 from hyperloom.ir.ops import Op
+from hyperloom.ir.signatures import state_decls
+from hyperloom.ir.state import StateStore
+from hyperloom.ir.types import DType, StateDecl
+from hyperloom.passes.kernel_plan import EMITTER_OF
 from hyperloom.runtime.paged import PagedStateStore
 from hyperloom.runtime.program import Program
+from hyperloom.runtime.runner import Runner
 
 PAGED_OPS = (Op.ROPE_ATTENTION,)  # ops whose kernels read and write KV through block tables
-from hyperloom.runtime.runner import Runner
 
 
 class CompiledEngine(Engine):
