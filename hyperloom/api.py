@@ -62,8 +62,7 @@ def load(model: str, config: str = "tiny", *, layers: int | None = None, seed: i
          backend: str = "compiled", **kw: int) -> Engine:
     """An engine on seeded random weights for a named config."""
     spec = build(model, config, layers, dtype)
-    size = sum(p.type.dtype.torch.itemsize * int(_numel(p.type.shape))
-               for p in spec.params().values())
+    size = sum(p.type.nbytes() for p in spec.params().values())
     if size > CONFIG.max_random_bytes:
         raise SpecError(f"{model} --config {config}: random weights need {size / 2**30:.1f} GiB "
                         f"(limit max_random_bytes = {CONFIG.max_random_bytes / 2**30:.0f} GiB); "
@@ -81,9 +80,3 @@ def from_pretrained(path: str | Path, device: str | torch.device = "cpu",
     spec = fam.build(fam.from_hf(hf), DType.of(dtype))
     return engine(spec, load_weights(path, spec), device, dtype, backend, **kw)
 
-
-def _numel(shape: tuple) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n

@@ -38,7 +38,7 @@ def cmd_models(args: argparse.Namespace) -> None:
 
 
 def summary(model: Model) -> str:
-    params = sum(_numel(p.type.shape) for p in model.params().values())
+    params = sum(p.type.numel() for p in model.params().values())
     ops = Counter(n.op.value for g in model.graphs for n in g.nodes)
     top = ", ".join(f"{k} x{v}" for k, v in ops.most_common())
     states = sum(len(g.states()) for g in model.graphs)
@@ -232,13 +232,6 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="tiny")
     p.add_argument("--layers", type=int, help="keep only the first N decoder layers")
     p.add_argument("--dtype", choices=sorted(DTYPES))
-
-
-def _numel(shape: tuple) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
 
 
 def main(argv: list[str] | None = None) -> int:

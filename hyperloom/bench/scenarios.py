@@ -115,7 +115,7 @@ class Bench:
         prompt = self.ids(n)
         seq = eng.new_sequence()
         ours = eng.prefill(seq, prompt)
-        prog, runner = eng.programs["main"], eng.runners["main"]
+        runner = eng.runners["main"]
         base = self._baseline(self.model.main, n + 16)
         ids_d, pos_d = prompt.to(self.device), torch.arange(n, device=self.device)
         err = _check(ours, base(ids_d, pos_d)[0], self.tol, f"prefill {n}")
@@ -129,7 +129,6 @@ class Bench:
                 r.compile_s[f"torch.compile {mode}"], _ = _timed(cm, ids_d, pos_d)
                 r.baselines_s[mode] = median_seconds(lambda: cm(ids_d, pos_d), self.device,
                                                      reps=10)
-        del prog
         return r
 
     # -- one mHC site --------------------------------------------------------------------
@@ -162,15 +161,7 @@ def _launches(eng) -> int:
 
 
 def _nbytes(graph: Graph, skip: tuple[str, ...] = ()) -> int:
-    total = 0
-    for p in graph.params:
-        if p.name in skip:
-            continue
-        n = p.type.dtype.torch.itemsize
-        for s in p.type.shape:
-            n *= int(s)
-        total += n
-    return total
+    return sum(p.type.nbytes() for p in graph.params if p.name not in skip)
 
 
 def decode_bytes(model: Model, ctx: int) -> float:
@@ -178,12 +169,7 @@ def decode_bytes(model: Model, ctx: int) -> float:
     emb = model.main.param("embed_tokens.weight").type
     row = int(emb.shape[1]) * emb.dtype.torch.itemsize
     weights = _nbytes(model.main, skip=("embed_tokens.weight",)) + row
-    kv = 0
-    for d in model.main.states():
-        n = ctx * d.type.dtype.torch.itemsize
-        for s in d.type.shape[1:]:
-            n *= int(s)
-        kv += n
+    kv = sum(d.type.nbytes(S=ctx) for d in model.main.states())
     return float(weights + kv)
 
 

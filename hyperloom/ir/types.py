@@ -7,6 +7,7 @@ capacity in tokens. Shapes are sympy expressions so plans can be made at declare
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 import sympy
@@ -91,6 +92,13 @@ class TensorType:
     def concrete(self, **sizes: int) -> tuple[int, ...]:
         subs = {SYMBOLS[k]: v for k, v in sizes.items()}
         return tuple(int(s.subs(subs)) for s in self.shape)
+
+    def numel(self, **sizes: int) -> int:
+        """Elements at the given symbol sizes (`T=4`); a shape of constants needs none."""
+        return math.prod(self.concrete(**sizes))
+
+    def nbytes(self, **sizes: int) -> int:
+        return self.numel(**sizes) * self.dtype.torch.itemsize
 
     def __str__(self) -> str:
         return f"{self.dtype.value}[{', '.join(str(s) for s in self.shape)}]"

@@ -110,7 +110,7 @@ def load_weights(path: Path, model: Model) -> dict[str, torch.Tensor]:
         sh = Shards(path, stack)
         prefix = decoder_prefix(iter(sh.where))
         params = list(model.params().values())
-        total = sum(p.type.dtype.torch.itemsize * _numel(p) for p in params)
+        total = sum(p.type.nbytes() for p in params)
         bar = tqdm(params, desc="loading", unit="tensor", disable=total < PROGRESS_BYTES)
         out = {p.name: _load_one(sh, p, prefix, fallbacks.get(p.name)) for p in bar}
         used = {disk_name(rel, prefix) for p in params for rel, _ in expand(p)}
@@ -122,13 +122,6 @@ def load_weights(path: Path, model: Model) -> dict[str, torch.Tensor]:
         more = f" (+{len(extra) - 3} more)" if len(extra) > 3 else ""
         raise CheckpointError(f"unexpected tensor {', '.join(extra[:3])}{more} in {path}")
     return out
-
-
-def _numel(p: Param) -> int:
-    n = 1
-    for s in p.type.shape:
-        n *= int(s)
-    return n
 
 
 def _layers_run(model: Model) -> int:

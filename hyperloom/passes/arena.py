@@ -5,6 +5,7 @@ multi-split projection share one buffer, as column slices."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import sympy
@@ -99,7 +100,7 @@ def plan_arena(graph: Graph, max_rows: int) -> ArenaPlan:
     life = _lifetimes(graph)
     pending = []
     for values, dtype, shapes in _groups(graph):
-        elems = [_numel(s) for s in shapes]
+        elems = [math.prod(s) for s in shapes]
         size = max_rows * sum(elems) * DType.of(dtype).torch.itemsize
         span = (min(life[v][0] for v in values), max(life[v][1] for v in values))
         pending.append((values, dtype, shapes, elems, size, span))
@@ -117,9 +118,3 @@ def plan_arena(graph: Graph, max_rows: int) -> ArenaPlan:
     naive = sum(b.nbytes for b in placed)
     return ArenaPlan(max_rows, tuple(placed), placements, total, naive)
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
