@@ -25,7 +25,6 @@ from hyperloom.codegen.emitters.attention import (
     launch_rope_kv,
     source,
 )
-from hyperloom.config import overrides
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, attention, dense
 from hyperloom.ir.state import StateStore, segments
@@ -34,12 +33,6 @@ from tests.tolerances import assert_close, assert_rel
 
 SLACK = 2  # rows allocated past `rows`: the kernels must leave them untouched
 SPARE = 3  # pool blocks no sequence owns (paged): NaN, never read
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernel_cache(tmp_path_factory):
-    with overrides(kernel_cache_dir=str(tmp_path_factory.mktemp("kernels"))):
-        yield
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -10,19 +10,12 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.embedding import EmbeddingSpec, launch, source
-from hyperloom.config import overrides
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, dense, hc
 from tests.tolerances import assert_close, assert_rel
 
 SLACK = 3  # rows allocated past `rows`: the kernel must leave them untouched
 PAD = 16  # extra columns of the wider buffer a strided output is cut from
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernel_cache(tmp_path_factory):
-    with overrides(kernel_cache_dir=str(tmp_path_factory.mktemp("kernels"))):
-        yield
 
 
 def run(spec: EmbeddingSpec, ids: torch.Tensor, table: torch.Tensor, out: torch.Tensor) -> None:

@@ -12,19 +12,12 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.hc_pre import HCPreSpec, launch, source
-from hyperloom.config import overrides
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, hc
 from tests.tolerances import assert_close, assert_rel
 
 SLACK = 3  # rows allocated past `rows`: the kernel must leave them untouched
 PAD = 12  # extra columns of the wider buffers that strided views are cut from
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernel_cache(tmp_path_factory):
-    with overrides(kernel_cache_dir=str(tmp_path_factory.mktemp("kernels"))):
-        yield
 
 
 class Case:

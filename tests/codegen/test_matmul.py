@@ -21,12 +21,6 @@ SLACK = 5  # rows allocated past `rows`: the kernel must leave them untouched
 PAD = 24  # extra columns of the wider buffers that strided views are cut from
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _kernel_cache(tmp_path_factory):
-    with overrides(kernel_cache_dir=str(tmp_path_factory.mktemp("kernels"))):
-        yield
-
-
 def spec_for(k: int, n: int, prologue: str, epilogue: str, limit: float | None = 0.75,
              streams: int = 3, hc: int = 4) -> MatmulSpec:
     return MatmulSpec(k=k, n=n, prologue=prologue, eps=1e-5, streams=streams, epilogue=epilogue,
