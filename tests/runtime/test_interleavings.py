@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import hyperloom
+from hyperloom.config import overrides
 from hyperloom.errors import CapacityError, InputError
 from hyperloom.ir.engine import Engine, Sequence
 from hyperloom.models import Model
@@ -44,12 +45,15 @@ class Case:
     config: str
     backend: str
     seed: int
+    kv_block_size: int = 0  # compiled: 16 pages the KV cache
 
     def __str__(self) -> str:
-        return f"{self.model}-{self.config}-{self.backend}-seed{self.seed}"
+        paged = f"-paged{self.kv_block_size}" if self.kv_block_size else ""
+        return f"{self.model}-{self.config}-{self.backend}{paged}-seed{self.seed}"
 
 
-CASES = [Case("llama", "tiny-hc", "compiled", s) for s in (1, 2, 3)] + \
+CASES = [Case("llama", "tiny-hc", "compiled", s) for s in (1, 2)] + \
+        [Case("llama", "tiny-hc", "compiled", 3, kv_block_size=16)] + \
         [Case("glm5next", "tiny", "reference", s) for s in (11, 12, 13, 14, 15, 16)]
 
 
@@ -96,9 +100,10 @@ class Program:
         spec, weights = spec_and_weights(case.model, case.config)
         self.case, self.vocab = case, spec.vocab_size
         self.rng = random.Random(case.seed)
-        self.engine = hyperloom.engine(spec, weights, dtype=F32, backend=case.backend,
-                                       max_seq_len=CAPACITY, max_sequences=SLOTS,
-                                       prefill_chunk=CHUNK)
+        with overrides(kv_block_size=case.kv_block_size):
+            self.engine = hyperloom.engine(spec, weights, dtype=F32, backend=case.backend,
+                                           max_seq_len=CAPACITY, max_sequences=SLOTS,
+                                           prefill_chunk=CHUNK)
         self.live: list[Tracked] = []
         self.freed: list[Sequence] = []  # stale handles, kept to try them again
         self.vacated: set[int] = set()  # slots some freed sequence held

@@ -25,13 +25,12 @@ def _rope_heads(src, dst, mask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr
 
 @triton.jit
 def k03_rope_attention_l0_self_attn_rope_kv(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_ptr,
-        sq, sk, sv, sqo, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity, bt_ptr, bt_s0,
+        sq, sk, sv, sqo, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,
         H: tl.constexpr = 4, HKV: tl.constexpr = 2,
         HD: tl.constexpr = 16, HALF: tl.constexpr = 8,
         HP: tl.constexpr = 4,
         HKVP: tl.constexpr = 2,
-        HALFP: tl.constexpr = 8, ROPE: tl.constexpr = True,
-        PAGE: tl.constexpr = 16):
+        HALFP: tl.constexpr = 8, ROPE: tl.constexpr = True):
     row = tl.program_id(0).to(tl.int64)
     p = tl.load(pos_ptr + row)
     s = tl.load(slot_ptr + row)
@@ -51,25 +50,23 @@ def k03_rope_attention_l0_self_attn_rope_kv(q_ptr, k_ptr, v_ptr, pos_ptr, slot_p
     keep = (s >= 0) & (p >= 0) & (p < capacity)
     s = tl.where(keep, s, 0)
     p = tl.where(keep, p, 0)
-    b = tl.load(bt_ptr + s * bt_s0 + p // PAGE, mask=keep, other=0).to(tl.int64)
     hk = tl.arange(0, HKVP)[:, None]
     kmask = (hk < HKV) & cmask[None, :] & keep
     _rope_heads(k_ptr + row * sk + hk * HD + c[None, :],
-                kc_ptr + b * kc_s0 + (p % PAGE) * kc_s1 + hk * kc_s2 + c[None, :],
+                kc_ptr + s * kc_s0 + p * kc_s1 + hk * kc_s2 + c[None, :],
                 kmask, cos, sin, HALF, ROPE)
     _rope_heads(v_ptr + row * sv + hk * HD + c[None, :],
-                vc_ptr + b * vc_s0 + (p % PAGE) * vc_s1 + hk * vc_s2 + c[None, :],
+                vc_ptr + s * vc_s0 + p * vc_s1 + hk * vc_s2 + c[None, :],
                 kmask, cos, sin, HALF, False)
 
 
 @triton.jit
 def k03_rope_attention_l0_self_attn(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
-        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, bt_ptr, bt_s0,
+        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2,
         BLOCK_M: tl.constexpr, GP: tl.constexpr,
         G: tl.constexpr = 2, HD: tl.constexpr = 16,
         DP: tl.constexpr = 16,
-        BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085,
-        PAGE: tl.constexpr = 16):
+        BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085):
     BM: tl.constexpr = BLOCK_M * GP
     kvh = tl.program_id(1)
     i = tl.arange(0, BM)
@@ -98,23 +95,19 @@ def k03_rope_attention_l0_self_attn(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_
         cur = tl.min(tl.where(todo, slot, 2147483647), axis=0)
         sel = todo & (slot == cur)
         hi = tl.max(tl.where(sel, pos, -1), axis=0) + 1
-        k_base = kc_ptr + kvh * kc_s2
-        v_base = vc_ptr + kvh * vc_s2
-        bt_row = bt_ptr + cur * bt_s0
+        k_base = kc_ptr + cur * kc_s0 + kvh * kc_s2
+        v_base = vc_ptr + cur * vc_s0 + kvh * vc_s2
         for start in range(0, hi, BLOCK_N):
             kp = start + n
             kmask = (kp < hi)[:, None] & dmask[None, :]
-            blk = tl.load(bt_row + kp // PAGE, mask=kp < hi, other=0).to(tl.int64)
-            kr = blk * kc_s0 + (kp % PAGE) * kc_s1
-            vr = blk * vc_s0 + (kp % PAGE) * vc_s1
-            k = tl.load(k_base + kr[:, None] + dc[None, :], mask=kmask, other=0.0)
+            k = tl.load(k_base + kp[:, None] * kc_s1 + dc[None, :], mask=kmask, other=0.0)
             s = tl.dot(q, tl.trans(k)) * QK_SCALE
             s = tl.where(sel[:, None] & (kp[None, :] <= pos[:, None]), s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(v_base + vr[:, None] + dc[None, :], mask=kmask, other=0.0)
+            v = tl.load(v_base + kp[:, None] * vc_s1 + dc[None, :], mask=kmask, other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty), v)
             m_i = m_new
         todo = todo & ~sel
