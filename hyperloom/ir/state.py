@@ -29,6 +29,8 @@ class Segment:
 def segments(slot: torch.Tensor, pos: torch.Tensor) -> tuple[Segment, ...]:
     """Split rows into per-sequence runs; each sequence may appear in one run only."""
     slots, poss = slot.tolist(), pos.tolist()
+    if any(s < 0 for s in slots):
+        raise InputError("a row with a negative slot (padding) reached a stateful op")
     out: list[Segment] = []
     start = 0
     for r in range(1, len(slots) + 1):

@@ -88,15 +88,18 @@ def _attention(entry: KernelEntry, o: Operands, device) -> Launch:
 
 
 def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
-    """Reference semantics on the arena tensors: fp32 math, results cast into their buffers."""
+    """Reference semantics on the arena tensors: fp32 math, results cast into their buffers.
+    Padding rows (slot -1, always the tail of a bucket) are left out: they own no state."""
     node = entry.node
+    rowed = "%slot" in o.values
 
     def run(rows: int, _: int) -> None:
+        if rowed:
+            rows = int((o["%slot"][:rows] >= 0).sum())
         args = [o[a] if a.startswith("@") else o[a][:rows] for a in node.args]
         args = [a.float() if a.is_floating_point() else a for a in args]
-        rows_of = segments(o["%slot"][:rows], o["%pos"][:rows]) if "%slot" in o.values else ()
-        ctx = Ctx(torch.float32, o.state, rows_of)
-        res = EVAL[node.op](ctx, node.attrs, *args)
+        rows_of = segments(o["%slot"][:rows], o["%pos"][:rows]) if rowed else ()
+        res = EVAL[node.op](Ctx(torch.float32, o.state, rows_of), node.attrs, *args)
         for v, r in zip(node.outs, res if isinstance(res, tuple) else (res,)):
             o[v][:rows].copy_(r)
     return run

@@ -27,7 +27,9 @@ def spec_and_weights(model: str, config: str):
 
 def engines(model: str, config: str, **kw):
     spec, w = spec_and_weights(model, config)
-    ref = hyperloom.engine(spec, w, dtype=F32, backend="reference", max_seq_len=64)
+    slots = kw.get("max_sequences", 8)
+    ref = hyperloom.engine(spec, w, dtype=F32, backend="reference", max_seq_len=64,
+                           max_sequences=slots)
     return ref, hyperloom.engine(spec, w, dtype=F32, backend="compiled", max_seq_len=64, **kw)
 
 
@@ -170,3 +172,18 @@ def test_highway_values_own_their_bytes_and_a_clash_is_caught():
                                                           for x in comp.arena.buffers))
     with pytest.raises(IRError, match="share arena bytes"):
         plan_highway(comp.graph, arena)
+
+
+def test_padding_row_leaves_the_last_slot_alone_on_interpreter_ops():
+    """GLM's KDA / DSA / MoE still run on the interpreter inside the compiled engine: a padded
+    decode bucket (slot -1 rows) must not touch any slot's state (-1 would index the last)."""
+    ref, comp = engines("glm5next", "tiny", prefill_chunk=8, max_sequences=4)
+    prompts = [prompt(5 + i, seed=30 + i) for i in range(4)]
+    ours, theirs = [comp.new_sequence() for _ in prompts], [ref.new_sequence() for _ in prompts]
+    for a, b, p in zip(ours, theirs, prompts):
+        comp.prefill(a, p)
+        ref.prefill(b, p)
+    assert_close(comp.decode(ours[:3], [1, 2, 3]), ref.decode(theirs[:3], [1, 2, 3]), F32,
+                 "3 rows in bucket 4")
+    assert comp.runners["main"].bucket(3) == 4
+    assert_close(comp.decode(ours[3:], [4]), ref.decode(theirs[3:], [4]), F32, "the last slot")
