@@ -57,12 +57,6 @@ class Engine:
     def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def _reserve(self, seqs: Seq[Sequence], ends: list[int]) -> None:
-        """Back the positions a step will write, before anything runs (paged caches)."""
-
-    def _release(self, seq: Sequence) -> None:
-        """Give back what a freed sequence held (paged caches)."""
-
     # -- sequences ---------------------------------------------------------------------------
     def new_sequence(self) -> Sequence:
         if not self._free:
@@ -75,7 +69,7 @@ class Engine:
     def free(self, seq: Sequence) -> None:
         self._check_live([seq])
         seq.live = False
-        self._release(seq)
+        self.state.release(seq.slot)
         self._free.append(seq.slot)
 
     def snapshot(self, seq: Sequence) -> Snapshot:
@@ -110,7 +104,8 @@ class Engine:
         try:
             for lo in range(0, len(ids), chunk):
                 part = ids[lo: lo + chunk]
-                outs.append(self._step("main", part, [seq], [seq.length], [len(part)]))
+                outs.append(self._step("main", part, [seq], [seq.length], [len(part)],
+                                       guard=False))
                 seq.length += len(part)
         except Exception:
             self.rollback(seq, snap)  # a failed chunk undoes the whole prompt
@@ -198,12 +193,15 @@ class Engine:
                                     f"exceeds its capacity of {self.max_seq_len} (max_seq_len)")
 
     def _step(self, graph: str, ids: torch.Tensor, seqs: Seq[Sequence], starts: list[int],
-              counts: list[int], **extra: torch.Tensor) -> dict[str, torch.Tensor]:
+              counts: list[int], guard: bool = True,
+              **extra: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One step; `guard` restores the sequences' fixed state if it fails (a caller that
+        rolls back a whole prompt itself passes False rather than snapshot twice)."""
         pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, counts)])
         slot = torch.cat([torch.full((n,), q.slot) for q, n in zip(seqs, counts)])
         inputs = {"ids": ids, "pos": pos, "slot": slot} | extra
-        self._reserve(seqs, [s + n for s, n in zip(starts, counts)])
-        saved = {q.slot: self.state.snapshot(q.slot) for q in seqs}
+        self.state.reserve([(q.slot, s + n) for q, s, n in zip(seqs, starts, counts)])
+        saved = {q.slot: self.state.snapshot(q.slot) for q in seqs} if guard else {}
         try:
             return self._run(graph, inputs)
         except Exception:

@@ -67,6 +67,13 @@ class StateStore:
         for t in self.tensors.values():
             t[slot].zero_()
 
+    def reserve(self, wants: list[tuple[int, int]]) -> None:
+        """Back positions < length of each (slot, length) before a step; contiguous state
+        already holds the whole capacity (a paged store hands out blocks here)."""
+
+    def release(self, slot: int) -> None:
+        """Give back what a freed slot held (nothing, for contiguous state)."""
+
     def snapshot(self, slot: int) -> dict[str, torch.Tensor]:
         """Copies of the FIXED state of `slot`; TOKEN state rolls back by length alone."""
         return {n: self.tensors[n][slot].clone() for n, d in self.decls.items()

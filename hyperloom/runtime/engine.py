@@ -46,14 +46,6 @@ class CompiledEngine(Engine):
         self.programs = {n: Program(c, weights, state, self.device) for n, c in comps.items()}
         self.runners = {n: Runner(p, max_sequences) for n, p in self.programs.items()}
 
-    def _reserve(self, seqs, ends: list[int]) -> None:
-        if isinstance(self.state, PagedStateStore):
-            self.state.reserve([(s.slot, e) for s, e in zip(seqs, ends)])
-
-    def _release(self, seq) -> None:
-        if isinstance(self.state, PagedStateStore):
-            self.state.release(seq.slot)
-
     def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         prog, rows = self.programs[graph], len(inputs["ids"])
         for name, value in inputs.items():
