@@ -23,7 +23,7 @@ LAUNCHES = {"attention": 2}
 GRIDS = {
     "embedding": "(R,)",
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
-    "hc_pre": "(cdiv(R, BM),)",
+    "hc_pre": "(cdiv(R, BT), splits)",
     "attention": "rope_kv (R,) ; attend (R, kv_heads)",
     INTERPRETER: "host",
 }

@@ -60,8 +60,12 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
     kern = load(o.source(entry), entry.name, device)
     x, fn, base, scale = (o[a] for a in node.args)
     y, post, comb = (o[v] for v in node.outs)
+    key = ("hc_pre", spec, x.shape[0])  # one scratch pair serves every site of this shape
+    if key not in o.scratch:
+        o.scratch[key] = hc_pre.scratch(spec, x.shape[0], device)
+    part, count = o.scratch[key]
     return lambda rows, _: hc_pre.launch(kern, spec, x=x, fn=fn, base=base, scale=scale, y=y,
-                                         post=post, comb=comb, rows=rows)
+                                         post=post, comb=comb, part=part, count=count, rows=rows)
 
 
 def _embedding(entry: KernelEntry, o: Operands, device) -> Launch:

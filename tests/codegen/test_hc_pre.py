@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters.hc_pre import HCPreSpec, launch, source
+from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
+from hyperloom.codegen.emitters.hc_pre import HCPreSpec, launch, scratch, source
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, hc
 from tests.tolerances import assert_close, assert_rel
@@ -45,8 +46,13 @@ class Case:
 
     def run(self) -> None:
         kernel = load(source("hc_pre", self.spec, header="test"), "hc_pre", self.device)
-        launch(kernel, self.spec, x=self.x, fn=self.fn, base=self.base, scale=self.scale,
-               y=self.y, post=self.post, comb=self.comb, rows=self.rows)
+        part, count = scratch(self.spec, self.rows, self.device)
+        part.fill_(float("nan"))  # every partial the kernel reads, it wrote
+        for _ in range(2):  # the counters are left zeroed: a second launch is the same
+            launch(kernel, self.spec, x=self.x, fn=self.fn, base=self.base, scale=self.scale,
+                   y=self.y, post=self.post, comb=self.comb, part=part, count=count,
+                   rows=self.rows)
+        assert not count.any(), "ticket counters not reset"
 
     def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         s, r = self.spec, self.rows
@@ -61,7 +67,9 @@ class Case:
 
 @pytest.mark.parametrize("n,d", [(4, 40), (2, 200)])
 @pytest.mark.parametrize("rows", [1, 5, 33])
-def test_hc_pre(n: int, d: int, rows: int) -> None:
+@pytest.mark.parametrize("sms", [132, 1])  # 1: fewer splits than K blocks, several per split
+def test_hc_pre(n: int, d: int, rows: int, sms: int, monkeypatch) -> None:
+    monkeypatch.setattr(hc_pre_emitter, "SMS", sms)
     spec = HCPreSpec(n=n, d=d, norm_eps=1e-6, hc_eps=1e-6, iters=20)
     case = Case(spec, rows, "cpu", torch.float32, strided=rows != 5, seed=100 * n + rows)
     case.run()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.config import CONFIG
 
 BLOCK_N = 64  # keys per iteration
@@ -135,13 +136,7 @@ def {name}(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_p
 def _attend_source(name: str, spec: AttentionSpec) -> str:
     # the interpreter mis-computes low-precision dots: upcast every operand there
     up = ".to(tl.float32)" if CONFIG.interpret else ""
-    # Triton 3.6's interpreter cannot take a tensor as a range() bound under numpy >= 2.4
-    # (triton-lang/triton#9171); the same key loop as a while there, a pipelined for on GPU
-    if CONFIG.interpret:
-        loop_head = "        start = 0\n        while start < hi:\n"
-        loop_tail = "            start += BLOCK_N\n"
-    else:
-        loop_head, loop_tail = "        for start in range(0, hi, BLOCK_N):\n", ""
+    loop_head, loop_tail = runtime_loop("start", "0", "hi", "BLOCK_N", " " * 8)
     table, page = _paged_args(spec)
     base = "cur * kc_s0 + ", "cur * vc_s0 + "
     k_rows, v_rows = "kp[:, None] * kc_s1", "kp[:, None] * vc_s1"

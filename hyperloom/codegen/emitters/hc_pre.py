@@ -1,12 +1,15 @@
-"""mHC pre-site kernel: exactly `hyperloom.ir.semantics.hc.hc_pre`.
+"""mHC pre-site kernel: exactly `hyperloom.ir.semantics.hc.hc_pre`, in one launch.
 
 Inputs X fp32 [rows, n, D], fn [(2+n)*n, n*D] (bf16 or fp32), base fp32 [(2+n)*n], scale fp32 [3];
-outputs y [rows, D] (fp32), post fp32 [rows, n], comb fp32 [rows, n, n]. One program per block
-of BLOCK_T rows: a first pass streams X once, accumulating the sum of squares and the (2+n)*n
-projections (a tl.dot against fn); the gates and all Sinkhorn iterations run in registers; a
-second pass over X forms y = sum_i pre[i] * X[i]. Grid: (cdiv(rows, BLOCK_T),).
-Known limit: with few rows one program streams all of fn and is latency-bound (H200, n=4,
-D=4096: ~150 us at 1..64 rows, ~290 us at 4096); decode wants a split-K grid.
+outputs y [rows, D] (fp32), post fp32 [rows, n], comb fp32 [rows, n, n].
+
+Grid (cdiv(rows, BLOCK_T), splits): split-K over the flat n*D axis, so a few rows still spread
+over every multiprocessor (decode: one row block, up to 128 splits) and many rows sweep X once.
+Each program streams its K range of X and fn, and writes the partial projections m = X_flat @
+fn^T and the partial sum of squares (column J) to a scratch row [split, row, JP]. It then takes a
+ticket from its row block's counter; the last program of the block sums the partials, forms the
+gates, runs every Sinkhorn iteration in registers, writes post and comb and y = sum_i pre[i] *
+X[i] (X is still in L2), and resets the counter for the next launch (CUDA-graph replays too).
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.config import CONFIG
 
 BLOCK_T = 16  # rows per program; tl.dot needs M >= 16
+SMS = 132  # H200 multiprocessors
+MAX_SPLITS = 128
 
 _INTERPRET_DOT = "        acc = tl.dot(x, tl.trans(w.to(tl.float32)), acc)"
 # The projections feed sigmoids and 20 Sinkhorn rounds, and plain tf32 would cost ~1e-3 relative.
@@ -49,51 +55,23 @@ def _comment(header: str) -> str:
 def _blocks(spec: HCPreSpec) -> dict[str, int]:
     d2 = triton.next_power_of_2(spec.d)
     j = (2 + spec.n) * spec.n  # projections: n pre, n post, n*n comb logits
+    # JP > J always (n(n+2) is never a power of two >= 16), so column J is free for sum(x^2)
     return {
         "J": j,
         "NP": triton.next_power_of_2(spec.n),
-        "JP": max(16, triton.next_power_of_2(j)),  # tl.dot needs N >= 16
+        "JP": max(16, triton.next_power_of_2(j + 1)),  # tl.dot needs N >= 16
         "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_D": max(16, min(128, d2)),
     }
 
 
-def source(name: str, spec: HCPreSpec, header: str = "") -> str:
-    b = _blocks(spec)
-    dot = _INTERPRET_DOT if CONFIG.interpret else _GPU_DOT
-    return f'''{_comment(header)}import triton
-import triton.language as tl
-
-
-@triton.jit
-def {name}(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, rows,
-        sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row, scomb_i,
-        N: tl.constexpr = {spec.n}, D: tl.constexpr = {spec.d}, J: tl.constexpr = {b["J"]},
-        NP: tl.constexpr = {b["NP"]}, JP: tl.constexpr = {b["JP"]},
-        BLOCK_T: tl.constexpr = {BLOCK_T},
-        BLOCK_K: tl.constexpr = {b["BLOCK_K"]}, BLOCK_D: tl.constexpr = {b["BLOCK_D"]},
-        NORM_EPS: tl.constexpr = {spec.norm_eps!r}, HC_EPS: tl.constexpr = {spec.hc_eps!r},
-        ITERS: tl.constexpr = {spec.iters}):
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    tmask = t < rows
-    t64 = t.to(tl.int64)
-    j = tl.arange(0, JP)
-    jmask = j < J
-    kk = tl.arange(0, BLOCK_K)
-
-    # pass 1: sum of squares and m = X_flat @ fn^T, X read once, one flat loop over n*D
-    acc = tl.zeros((BLOCK_T, JP), tl.float32)
-    ss = tl.zeros((BLOCK_T,), tl.float32)
-    for k0 in range(0, N * D, BLOCK_K):
-        k = k0 + kk
-        kmask = k < N * D
-        i = k // D  # a block may straddle two streams when D % BLOCK_K != 0
-        x = tl.load(x_ptr + t64[:, None] * sx_row + (i * sx_stream + k - i * D)[None, :],
-                    mask=tmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
-        w = tl.load(fn_ptr + j[:, None] * s_fn + k[None, :], mask=jmask[:, None] & kmask[None, :],
-                    other=0.0)
-        ss += tl.sum(x * x, axis=1)
-{dot}
+def _finish(spec: HCPreSpec) -> str:
+    """The last program of a row block: partials -> gates -> Sinkhorn -> post, comb, y."""
+    head, tail = runtime_loop("s", "0", "splits", "1", " " * 4)
+    return f'''    acc = tl.zeros((BLOCK_T, JP), tl.float32)
+{head}        acc += tl.load(part_ptr + (s * rows_pad + t64)[:, None] * JP + j[None, :],
+                       mask=tmask[:, None], other=0.0, cache_modifier=".cg")
+{tail}    ss = tl.sum(tl.where(j[None, :] == J, acc, 0.0), axis=1)
     # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
     m = acc * tl.rsqrt(ss / (N * D) + NORM_EPS)[:, None]
 
@@ -128,7 +106,7 @@ def {name}(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, rows,
     tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
              + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None])
 
-    # pass 2: y = sum_i pre[i] * X[i]
+    # y = sum_i pre[i] * X[i]
     dd = tl.arange(0, BLOCK_D)
     for d0 in range(0, D, BLOCK_D):
         d = d0 + dd
@@ -143,14 +121,89 @@ def {name}(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, rows,
 '''
 
 
+def source(name: str, spec: HCPreSpec, header: str = "") -> str:
+    b = _blocks(spec)
+    dot = _INTERPRET_DOT if CONFIG.interpret else _GPU_DOT
+    head, tail = runtime_loop("k0", "0", "k_split", "BLOCK_K", " " * 4)
+    finish = "".join("    " + line if line else line
+                     for line in _finish(spec).splitlines(keepends=True))
+    return f'''{_comment(header)}import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "k_split"])
+def {name}(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, count_ptr,
+        rows, rows_pad, splits, k_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row,
+        scomb_i, N: tl.constexpr = {spec.n}, D: tl.constexpr = {spec.d},
+        J: tl.constexpr = {b["J"]}, NP: tl.constexpr = {b["NP"]}, JP: tl.constexpr = {b["JP"]},
+        BLOCK_T: tl.constexpr = {BLOCK_T}, BLOCK_K: tl.constexpr = {b["BLOCK_K"]},
+        BLOCK_D: tl.constexpr = {b["BLOCK_D"]}, NORM_EPS: tl.constexpr = {spec.norm_eps!r},
+        HC_EPS: tl.constexpr = {spec.hc_eps!r}, ITERS: tl.constexpr = {spec.iters}):
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tmask = t < rows
+    t64 = t.to(tl.int64)
+    j = tl.arange(0, JP)
+    jmask = j < J
+    kk = tl.arange(0, BLOCK_K)
+    k_lo = tl.program_id(1) * k_split
+
+    # this split's partial m = X_flat @ fn^T and sum(x^2)
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)
+    ss = tl.zeros((BLOCK_T,), tl.float32)
+{head}        k = k_lo + k0 + kk  # k_split is a multiple of BLOCK_K
+        kmask = k < N * D
+        i = k // D  # a block may straddle two streams when D % BLOCK_K != 0
+        x = tl.load(x_ptr + t64[:, None] * sx_row + (i * sx_stream + k - i * D)[None, :],
+                    mask=tmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
+        w = tl.load(fn_ptr + j[:, None] * s_fn + k[None, :], mask=jmask[:, None] & kmask[None, :],
+                    other=0.0)
+        ss += tl.sum(x * x, axis=1)
+{dot}
+{tail}    acc = tl.where(j[None, :] == J, ss[:, None], acc)
+    tl.store(part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP + j[None, :], acc,
+             mask=tmask[:, None])
+
+    # every thread's partials are written before the ticket; the last ticket finishes the block
+    tl.debug_barrier()
+    ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
+    if ticket == splits - 1:
+        tl.debug_barrier()
+        tl.store(count_ptr + tl.program_id(0), 0)
+{finish}'''
+
+
+def splits(spec: HCPreSpec, rows: int) -> int:
+    """K splits of the projection kernel: enough programs for ~4 per multiprocessor."""
+    k_blocks = triton.cdiv(spec.n * spec.d, _blocks(spec)["BLOCK_K"])
+    return max(1, min(k_blocks, MAX_SPLITS, triton.cdiv(4 * SMS, triton.cdiv(rows, BLOCK_T))))
+
+
+def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 partials, int32 zeroed ticket counters) for any launch of up to max_rows rows; the
+    kernel leaves the counters zeroed, so one pair serves every site in turn."""
+    jp = _blocks(spec)["JP"]
+    part = max(splits(spec, r) * triton.cdiv(r, BLOCK_T) * BLOCK_T
+               for r in range(1, max_rows + 1, BLOCK_T)) * jp
+    return (torch.empty(part, dtype=torch.float32, device=device),
+            torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
+
+
 def launch(kernel, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
-           rows: int) -> None:
+           part: torch.Tensor, count: torch.Tensor, rows: int) -> None:
+    """part, count: from scratch(spec, >= rows)."""
     if rows == 0:
         return
     for t in (x, fn, y, post, comb):
         assert t.stride(-1) == 1, "last dims must be contiguous"
     assert base.is_contiguous() and scale.is_contiguous()
-    kernel[(triton.cdiv(rows, BLOCK_T),)](
-        x, fn, base, scale, y, post, comb, rows, x.stride(0), x.stride(1), fn.stride(0),
-        y.stride(0), post.stride(0), comb.stride(0), comb.stride(1), num_warps=4)
+    b, nsplit = _blocks(spec), splits(spec, rows)
+    row_blocks = triton.cdiv(rows, BLOCK_T)
+    rows_pad = row_blocks * BLOCK_T
+    assert part.numel() >= nsplit * rows_pad * b["JP"] and count.numel() >= row_blocks, \
+        "hc_pre scratch too small"
+    k_split = triton.cdiv(triton.cdiv(spec.n * spec.d, nsplit), b["BLOCK_K"]) * b["BLOCK_K"]
+    kernel[(row_blocks, nsplit)](
+        x, fn, base, scale, y, post, comb, part, count, rows, rows_pad, nsplit, k_split,
+        x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),
+        comb.stride(1), num_warps=4)
