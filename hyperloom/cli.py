@@ -103,23 +103,72 @@ def cmd_bench(args: argparse.Namespace) -> None:
     dtype = torch.bfloat16 if gpu else torch.float32
     model = hyperloom.build(args.model, args.config, args.layers, dtype)
     limits = measure_limits(device)
-    bench = Bench(model, device, dtype, TOLERANCE[dtype], compile_modes=not args.no_compile)
-    wanted = [x.strip() for x in args.scenarios.split(",")]
-    results = []
-    if "decode" in wanted:
-        results += [bench.decode(c) for c in _sizes(args.ctx, "1024,8192", "12", gpu)]
-    if "prefill" in wanted:
-        results += [bench.prefill(n) for n in _sizes(args.prefill_tokens, "2048", "24", gpu)]
-    if "site" in wanted and model.config.hc_mult > 1:
-        results += [bench.site(n) for n in _sizes(args.site_rows, "1,4096", "1,16", gpu)]
+    bench = Bench(model, device, dtype, TOLERANCE[dtype], compile_modes=not args.no_compile,
+                  profile_steps=(10 if gpu else 1) if args.profile else 0)
     what = f"{args.model} --config {args.config}" + (f" --layers {args.layers}"
                                                      if args.layers else "")
-    rec = report.record(results, limits, report.meta(device, limits, what))
-    print(report.table(rec), end="")
+    info = report.meta(device, limits, what)
+    print(report.header({"meta": info}), end="", flush=True)
+    results = []
+    for scenario in _bench_scenarios(args, bench, gpu):
+        results.append(scenario())  # each row (and the JSON so far) as soon as it is measured
+        rec = report.record(results, limits, info)
+        print(report.rows(rec["results"][-1]), end="", flush=True)
+        if args.json:
+            report.write_json(rec, Path(args.json))
+    rec = report.record(results, limits, info)
+    print("\n" + report.table(rec), end="")
     if args.json:
         report.write_json(rec, Path(args.json))
     if args.plot and not report.plot(rec, Path(args.plot)):
         print("no plot: matplotlib is not installed (pip install matplotlib)")
+
+
+def _bench_scenarios(args: argparse.Namespace, bench, gpu: bool) -> list:
+    """The scenarios to run, in order, as callables returning their Result."""
+    from functools import partial
+
+    wanted = [x.strip() for x in args.scenarios.split(",")]
+    runs = []
+    if "decode" in wanted:
+        ctxs = _sizes(args.ctx, "1024,8192", "12", gpu)
+        runs += [partial(_bench_decode, args, bench, c, i == 0) for i, c in enumerate(ctxs)]
+    if "prefill" in wanted:
+        runs += [partial(bench.prefill, n) for n in _sizes(args.prefill_tokens, "2048", "24", gpu)]
+    if "site" in wanted and bench.model.config.hc_mult > 1:
+        runs += [partial(bench.site, n) for n in _sizes(args.site_rows, "1,4096", "1,16", gpu)]
+    return runs
+
+
+def _bench_decode(args: argparse.Namespace, bench, ctx: int, first: bool):
+    """A decode scenario; the first also times our compile in fresh processes (cold, warm)."""
+    from hyperloom.bench import compile_time
+    from hyperloom.bench.scenarios import decode_shape
+
+    r = bench.decode(ctx)
+    if first and not args.no_compile_time:
+        try:
+            ours = compile_time.cold_and_warm(
+                args.model, args.config, args.layers, str(bench.dtype).removeprefix("torch."),
+                str(bench.device), *decode_shape(ctx))
+        except compile_time.ChildError as e:
+            print(f"warning: no compile time for our engine: {e}", file=sys.stderr)
+        else:
+            r.compile_s = ours | r.compile_s
+    return r
+
+
+def cmd_bench_plot(args: argparse.Namespace) -> None:
+    from hyperloom.bench import report
+
+    try:
+        rec = report.read_json(Path(args.record))
+        text = report.table(rec)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{args.record} is not a readable bench record: {e!r}") from e
+    print(text, end="")
+    if args.out and not report.plot(rec, Path(args.out)):
+        raise HyperloomError("no plot: matplotlib is not installed (pip install matplotlib)")
 
 
 def _engine(args: argparse.Namespace):
@@ -208,7 +257,16 @@ def parser() -> argparse.ArgumentParser:
     bn.add_argument("--json", help="write the JSON record here")
     bn.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")
     bn.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    bn.add_argument("--no-compile-time", action="store_true",
+                    help="skip timing our compile in fresh processes (cold and warm cache)")
+    bn.add_argument("--profile", action="store_true",
+                    help="list the top kernels of our step (torch.profiler) per scenario")
     bn.set_defaults(fn=cmd_bench)
+
+    bp = sub.add_parser("bench-plot", help="redraw a bench table (and chart) from its JSON")
+    bp.add_argument("record", help="a JSON record written by bench --json")
+    bp.add_argument("out", nargs="?", help="write the PNG bar chart here (needs matplotlib)")
+    bp.set_defaults(fn=cmd_bench_plot)
 
     r = sub.add_parser("run", help="greedy generation (default: tiny GLM-5.3, random weights)")
     r.add_argument("model", nargs="?", default="glm5next", help="model name or checkpoint dir")

@@ -1,6 +1,7 @@
 """Timing and the hardware limits, measured in the benchmark's own process: a median over many
 event-timed runs after warm-up; HBM bandwidth from a large device-to-device copy (bytes read +
-written) and the bf16 matmul peak from a large torch.mm."""
+written) and the bf16 matmul peak from a large torch.mm; and, on request, a torch.profiler
+breakdown of a step by kernel."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.autograd import DeviceType
 
 
 def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int = 3,
@@ -54,3 +56,40 @@ def measure_limits(device: torch.device) -> Limits:
     b = torch.randn(size, size, device=device, dtype=dt)
     peak = 2 * size ** 3 / median_seconds(lambda: torch.mm(a, b), device, reps=10)
     return Limits(bw, peak)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def profile_top(fn: Callable[[], object], device: torch.device, steps: int,
+                top: int = 30) -> list[dict]:
+    """The kernels (CPU ops off a GPU) that take the most time over `steps` runs of fn under
+    torch.profiler, per step: name, calls, microseconds and share of the profiled step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    gpu = device.type == "cuda"
+    fn()  # warm: no first-run work in the profile
+    _sync(device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    with profile(activities=acts) as prof:
+        t = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        _sync(device)
+        wall = time.perf_counter() - t
+    return top_ops(prof.key_averages(), gpu, steps, wall * 1e6 / steps)[:top]
+
+
+def top_ops(averages, gpu: bool, steps: int, step_us: float) -> list[dict]:
+    """Rows of profiler averages by time, largest first: device time of the device's events
+    (kernels, copies) on a GPU, else self CPU time of the CPU ops (nesting counted once)."""
+    if gpu:
+        rows = [(e.key, e.count, e.device_time_total) for e in averages
+                if e.device_type != DeviceType.CPU]
+    else:
+        rows = [(e.key, e.count, e.self_cpu_time_total) for e in averages]
+    rows.sort(key=lambda r: -r[2])
+    return [{"name": name, "calls_per_step": count / steps, "us_per_step": us / steps,
+             "share": us / steps / step_us} for name, count, us in rows if us > 0]

@@ -1,9 +1,11 @@
 """Benchmark output: the table, the JSON record (with the GPU, commit and versions) and the bar
-chart (matplotlib, only if it is installed: `pip install matplotlib`)."""
+chart (matplotlib, only if it is installed: `pip install matplotlib`). The commit comes from git,
+or, in a copy without .git, from the environment variable HYPERLOOM_COMMIT."""
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -15,14 +17,32 @@ from hyperloom.bench.measure import Limits
 from hyperloom.bench.scenarios import Result
 
 
-def meta(device: torch.device, limits: Limits, what: str) -> dict:
+CHECKOUT = Path(__file__).parent  # where git looks for the commit
+
+
+def _git(*args: str) -> str | None:
+    """git's output in the checkout; None where git or the checkout is missing."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        commit = ""
+        p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=CHECKOUT,
+                           timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return p.stdout if p.returncode == 0 else None
+
+
+def commit() -> dict:
+    """{"commit", "commit_dirty"}: git's HEAD and whether the tree differs from it, else
+    $HYPERLOOM_COMMIT (dirtiness unknown: None), else "unknown"."""
+    head = (_git("rev-parse", "--short", "HEAD") or "").strip()
+    if head:
+        status = _git("status", "--porcelain")
+        return {"commit": head, "commit_dirty": None if status is None else bool(status.strip())}
+    return {"commit": os.environ.get("HYPERLOOM_COMMIT") or "unknown", "commit_dirty": None}
+
+
+def meta(device: torch.device, limits: Limits, what: str) -> dict:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-    return {"model": what, "device": gpu or device.type, "commit": commit or "unknown",
+    return {"model": what, "device": gpu or device.type, **commit(),
             "torch": torch.__version__, "triton": triton.__version__,
             "meaningful": device.type == "cuda", **limits.as_dict()}
 
@@ -30,44 +50,78 @@ def meta(device: torch.device, limits: Limits, what: str) -> dict:
 def record(results: list[Result], limits: Limits, info: dict) -> dict:
     rows = []
     for r in results:
-        rows.append({"scenario": r.scenario, "ours_s": r.ours_s, "baselines_s": r.baselines_s,
-                     "speedup": {k: v / r.ours_s for k, v in r.baselines_s.items()},
-                     "work": r.work, "unit": r.unit, "fraction_of_limit": r.fraction(limits),
-                     "kernels_per_step": r.kernels, "compile_s": r.compile_s,
-                     "rel_err_vs_eager": r.rel_err})
+        row = {"scenario": r.scenario, "ours_s": r.ours_s, "baselines_s": r.baselines_s,
+               "speedup": {k: v / r.ours_s for k, v in r.baselines_s.items()},
+               "work": r.work, "unit": r.unit, "fraction_of_limit": r.fraction(limits),
+               "kernels_per_step": r.kernels, "compile_s": r.compile_s,
+               "rel_err_vs_eager": r.rel_err}
+        if r.profile is not None:
+            row["profile"] = r.profile
+        rows.append(row)
     return {"meta": info, "results": rows}
 
 
-def table(rec: dict) -> str:
+PROFILE_ROWS = 12  # kernels per scenario in the table (the JSON keeps more)
+
+
+def header(rec: dict) -> str:
     m = rec["meta"]
-    lines = [f"hyperloom bench {m['model']} on {m['device']} (commit {m['commit']}, torch "
-             f"{m['torch']}, triton {m['triton']})",
+    dirty = "+dirty" if m.get("commit_dirty") else ""
+    lines = [f"hyperloom bench {m['model']} on {m['device']} (commit {m['commit']}{dirty}, "
+             f"torch {m['torch']}, triton {m['triton']})",
              f"limits: {m['hbm_bytes_per_s'] / 1e12:.2f} TB/s copy, "
              f"{m['matmul_flop_per_s'] / 1e12:.1f} TFLOP/s matmul"]
     if not m["meaningful"]:
         lines.append("CPU run (Triton interpreter, fp32): these numbers mean nothing about speed")
     head = f"{'scenario':<22}{'ours':>11}  {'baseline':<28}{'x':>7}  {'% limit':>8}  kernels"
-    lines += [head, "-" * len(head)]
-    for r in rec["results"]:
-        first = True
-        for mode, t in r["baselines_s"].items():
-            lead = (f"{r['scenario']:<22}{r['ours_s'] * 1e3:>9.3f}ms" if first
-                    else " " * 33)
-            tail = (f"  {100 * r['fraction_of_limit']:>7.1f}%  {r['kernels_per_step']}"
-                    if first else "")
-            lines.append(f"{lead}  {mode + f' {t * 1e3:.3f}ms':<28}"
-                         f"{r['speedup'][mode]:>6.2f}x{tail}")
-            first = False
-    compiles = [f"{r['scenario']}: " + ", ".join(f"{k} {v:.1f}s" for k, v in r["compile_s"].items())
+    return "\n".join(lines + [head, "-" * len(head)]) + "\n"
+
+
+def rows(r: dict) -> str:
+    """One scenario's lines: one per baseline, then its profile if it has one."""
+    lines = []
+    for i, (mode, t) in enumerate(r["baselines_s"].items()):
+        lead = f"{r['scenario']:<22}{r['ours_s'] * 1e3:>9.3f}ms" if i == 0 else " " * 33
+        tail = (f"  {100 * r['fraction_of_limit']:>7.1f}%  {r['kernels_per_step']}"
+                if i == 0 else "")
+        lines.append(f"{lead}  {mode + f' {t * 1e3:.3f}ms':<28}"
+                     f"{r['speedup'][mode]:>6.2f}x{tail}")
+    return "\n".join(lines + _profile_lines(r.get("profile"))) + "\n"
+
+
+def _profile_lines(profile: list[dict] | None) -> list[str]:
+    if profile is None:
+        return []
+    lines = [f"    profile: top {min(len(profile), PROFILE_ROWS)} of our step "
+             "(us per step, share of the step, calls per step)"]
+    for k in profile[:PROFILE_ROWS]:
+        lines.append(f"    {k['us_per_step']:>10.1f}us {100 * k['share']:>5.1f}% "
+                     f"{k['calls_per_step']:>6g}x  {k['name'][:80]}")
+    return lines
+
+
+def table(rec: dict) -> str:
+    lines = [rows(r) for r in rec["results"]]
+    compiles = [f"  {r['scenario']}: " + ", ".join(f"{k} {v:.1f}s"
+                                                   for k, v in r["compile_s"].items())
                 for r in rec["results"] if r["compile_s"]]
     if compiles:
-        lines += ["compile times (cold process)"] + [f"  {c}" for c in compiles]
-    return "\n".join(lines) + "\n"
+        head = "compile times (ours: fresh process to first token; torch.compile: first calls)"
+        lines.append("\n".join([head] + compiles) + "\n")
+    return header(rec) + "".join(lines)
 
 
 def write_json(rec: dict, path: Path) -> None:
+    """Replaces the file whole (a run cut short leaves the last complete record); keys keep
+    their order, so a table redrawn from the file is the table the run printed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rec, indent=2, sort_keys=True))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(rec, indent=2))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
 
 
 def plot(rec: dict, path: Path) -> bool:

@@ -1,6 +1,7 @@
 """The scenarios: a decode step at batch 1 over a context, a prefill, and one mHC site alone.
 Each times the engine's recorded step, the lowered PyTorch baseline eager and under
-torch.compile, checks that they agree first, and counts the minimum work (bytes or FLOPs)."""
+torch.compile, checks that they agree first, and counts the minimum work (bytes or FLOPs);
+with profile_steps, it also profiles the engine's step by kernel."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 import hyperloom
 from hyperloom.bench.lowering import lower
-from hyperloom.bench.measure import Limits, median_seconds
+from hyperloom.bench.measure import Limits, median_seconds, profile_top
 from hyperloom.codegen.compilation import compile_graph
 from hyperloom.ir.builder import GraphBuilder, Residual
 from hyperloom.ir.graph import Graph
@@ -32,6 +33,7 @@ class Result:
     compile_s: dict[str, float] = field(default_factory=dict)  # who -> seconds
     kernels: int = 0
     rel_err: float = 0.0  # engine vs eager baseline on the checked output
+    profile: list[dict] | None = None  # top kernels of our step (measure.profile_top)
 
     def fraction(self, limits: Limits) -> float:
         rate = limits.bandwidth if self.unit == "bytes" else limits.matmul_peak
@@ -67,11 +69,12 @@ def _timed(fn, *args) -> tuple[float, object]:
 
 class Bench:
     def __init__(self, model: Model, device: torch.device, dtype: torch.dtype, tol: float,
-                 seed: int = 0, compile_modes: bool = True):
+                 seed: int = 0, compile_modes: bool = True, profile_steps: int = 0):
         self.model, self.device, self.dtype, self.tol = model, device, dtype, tol
         self.weights = random_weights(model, seed)
         self.gen = torch.Generator().manual_seed(seed)
         self.compile_modes = compile_modes
+        self.profile_steps = profile_steps  # 0: no profile
 
     def ids(self, n: int) -> torch.Tensor:
         return torch.randint(0, self.model.vocab_size, (n,), generator=self.gen)
@@ -83,16 +86,18 @@ class Bench:
     def _baseline(self, graph: Graph, max_seq_len: int):
         return lower(graph, self.weights, max_seq_len, self.device)
 
+    def _profile(self, r: Result, step) -> None:
+        if self.profile_steps:
+            r.profile = profile_top(step, self.device, self.profile_steps)
+
     # -- decode --------------------------------------------------------------------------
     def decode(self, ctx: int) -> Result:
-        cap = ctx + 16
-        t0 = time.perf_counter()
-        eng = self._engine(cap, min(ctx, 2048))
+        cap, chunk = decode_shape(ctx)
+        eng = self._engine(cap, chunk)
         seq = eng.new_sequence()
         prompt, tok = self.ids(ctx), self.ids(1)
         eng.prefill(seq, prompt)
         ours = eng.decode([seq], tok)
-        build = time.perf_counter() - t0
         replay = eng.runners["main"].recorded[1]
         base = self._baseline(self.model.main, cap)
         pos = torch.tensor([ctx], device=self.device)
@@ -101,7 +106,7 @@ class Bench:
         err = _check(ours[0], base(tok_d, pos)[0][0], self.tol, f"decode ctx {ctx}")
         r = Result(f"decode b1 ctx{ctx}", decode_bytes(self.model, ctx), "bytes",
                    median_seconds(replay, self.device), kernels=_launches(eng), rel_err=err)
-        r.compile_s["ours (first step)"] = build
+        self._profile(r, replay)
         r.baselines_s["eager"] = median_seconds(lambda: base(tok_d, pos), self.device)
         if self.compile_modes:
             cm = torch.compile(base, mode="reduce-overhead")
@@ -116,12 +121,17 @@ class Bench:
         seq = eng.new_sequence()
         ours = eng.prefill(seq, prompt)
         runner = eng.runners["main"]
+
+        def step():
+            return runner.run(n, n)
+
         base = self._baseline(self.model.main, n + 16)
         ids_d, pos_d = prompt.to(self.device), torch.arange(n, device=self.device)
         err = _check(ours, base(ids_d, pos_d)[0], self.tol, f"prefill {n}")
         r = Result(f"prefill {n}", prefill_flops(self.model, n), "flops",
-                   median_seconds(lambda: runner.run(n, n), self.device, reps=10),
-                   kernels=_launches(eng), rel_err=err)
+                   median_seconds(step, self.device, reps=10), kernels=_launches(eng),
+                   rel_err=err)
+        self._profile(r, step)
         r.baselines_s["eager"] = median_seconds(lambda: base(ids_d, pos_d), self.device, reps=10)
         if self.compile_modes:
             for mode in ("default", "max-autotune-no-cudagraphs"):
@@ -141,19 +151,28 @@ class Bench:
                         generator=self.gen).to(self.device)
         prog.inputs["%x"][:rows].copy_(x)
         launches = prog.record(rows, rows)
-        for f in launches:
-            f()
+
+        def step():
+            return [f() for f in launches]
+
+        step()
         base = lower(graph, weights, 1, self.device)
         err = _check(prog.outputs(rows)["streams"], base(x)[0], self.tol, f"site {rows}")
         r = Result(f"mhc site {rows}", site_bytes(graph, rows), "bytes",
-                   median_seconds(lambda: [f() for f in launches], self.device),
+                   median_seconds(step, self.device),
                    kernels=sum(k.launches for k in comp.plan.kernels), rel_err=err)
+        self._profile(r, step)
         r.baselines_s["eager"] = median_seconds(lambda: base(x), self.device)
         if self.compile_modes:
             cm = torch.compile(base)
             r.compile_s["torch.compile"], _ = _timed(cm, x)
             r.baselines_s["default"] = median_seconds(lambda: cm(x), self.device)
         return r
+
+
+def decode_shape(ctx: int) -> tuple[int, int]:
+    """The decode scenario's engine: (max_seq_len, prefill_chunk) for a context of ctx."""
+    return ctx + 16, min(ctx, 2048)
 
 
 def _launches(eng) -> int:

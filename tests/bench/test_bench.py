@@ -1,18 +1,28 @@
-"""`hyperloom bench` on the CPU (tiny config, interpreter): the command, its JSON record, its
+"""`hyperloom bench` on the CPU (tiny config, interpreter): the command, its JSON record (written
+as it goes, with the commit, profiles and our compile times), the table redrawn from it, its
 agreement check, and the lowered PyTorch baseline against the reference interpreter."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.autograd import DeviceType
 
 import hyperloom
-from hyperloom.bench import baseline_ops
+from hyperloom.bench import baseline_ops, compile_time, report
 from hyperloom.bench.lowering import lower
-from hyperloom.bench.scenarios import AgreementError, Bench
+from hyperloom.bench.measure import Limits, top_ops
+from hyperloom.bench.scenarios import AgreementError, Bench, Result
 from hyperloom.cli import main
+from hyperloom.config import CONFIG
 from hyperloom.models.random_weights import random_weights
 from tests.tolerances import assert_close
 
@@ -31,15 +41,29 @@ def test_baseline_module_matches_the_reference(config):
         assert_close(got, ref.decode([s], [tok]), torch.float32, f"decode {step}")
 
 
-def test_bench_command_writes_its_record(tmp_path, capsys):
-    out = tmp_path / "bench.json"
-    rc = main(["bench", "llama", "--config", "tiny-hc", "--no-compile", "--ctx", "6",
-               "--prefill-tokens", "10", "--site-rows", "3", "--json", str(out)])
+def _main(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(list(argv))
+    return rc, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def profiled_run(tmp_path_factory):
+    """One bench run of every scenario with --profile: (its stdout, its JSON path)."""
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    rc, text = _main("bench", "llama", "--config", "tiny-hc", "--no-compile", "--no-compile-time",
+                     "--profile", "--ctx", "6", "--prefill-tokens", "10", "--site-rows", "3",
+                     "--json", str(out))
     assert rc == 0
-    text = capsys.readouterr().out
+    return text, out
+
+
+def test_bench_command_writes_its_record(profiled_run):
+    text, out = profiled_run
     assert "these numbers mean nothing" in text and "decode b1 ctx6" in text
     rec = json.loads(out.read_text())
-    assert {"model", "device", "commit", "torch", "triton", "hbm_bytes_per_s",
+    assert {"model", "device", "commit", "commit_dirty", "torch", "triton", "hbm_bytes_per_s",
             "matmul_flop_per_s", "meaningful"} <= set(rec["meta"])
     assert rec["meta"]["meaningful"] is False
     scen = [r["scenario"] for r in rec["results"]]
@@ -48,6 +72,86 @@ def test_bench_command_writes_its_record(tmp_path, capsys):
         assert r["ours_s"] > 0 and r["baselines_s"]["eager"] > 0 and r["work"] > 0
         assert r["rel_err_vs_eager"] <= 1e-4 and r["kernels_per_step"] >= 2
         assert r["speedup"]["eager"] == pytest.approx(r["baselines_s"]["eager"] / r["ours_s"])
+        assert r["compile_s"] == {}  # --no-compile --no-compile-time
+
+
+def test_profile_lists_the_top_ops_of_each_step(profiled_run):
+    text, out = profiled_run
+    for r in json.loads(out.read_text())["results"]:
+        prof = r["profile"]
+        assert prof and set(prof[0]) == {"name", "calls_per_step", "us_per_step", "share"}
+        us = [k["us_per_step"] for k in prof]
+        assert us == sorted(us, reverse=True) and us[-1] > 0
+        assert all(k["calls_per_step"] > 0 for k in prof)
+        assert 0 < sum(k["share"] for k in prof) <= 1  # self times within the profiled steps
+    assert text.count("profile: top") == 2 * 3  # under each row: as it runs, then the table
+
+
+def test_rows_are_printed_as_they_run_and_again_in_the_table(profiled_run):
+    text, _ = profiled_run
+    rows = [ln for ln in text.splitlines() if ln.startswith(("decode b1", "prefill", "mhc site"))]
+    assert [r.split()[0] for r in rows] == ["decode", "prefill", "mhc"] * 2
+    assert rows[:3] == rows[3:]
+
+
+def test_bench_plot_redraws_the_table_from_json(profiled_run, tmp_path):
+    text, out = profiled_run
+    rc, redrawn = _main("bench-plot", str(out))
+    assert rc == 0 and redrawn.startswith("hyperloom bench llama --config tiny-hc")
+    assert text.endswith("\n" + redrawn)  # the very table the run printed last
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"results": []}')
+    assert main(["bench-plot", str(bad)]) == 2
+
+
+def test_bench_plot_says_when_it_cannot_draw(profiled_run, monkeypatch, capsys):
+    monkeypatch.setattr(report, "plot", lambda rec, path: False)
+    assert main(["bench-plot", str(profiled_run[1]), "chart.png"]) == 2
+    assert "matplotlib is not installed" in capsys.readouterr().err
+
+
+def test_bench_plot_draws_the_chart(profiled_run, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "chart.png"
+    assert main(["bench-plot", str(profiled_run[1]), str(png)]) == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def _fake_decode(self, ctx):
+    return Result(f"decode b1 ctx{ctx}", 1.0, "bytes", 1e-3, {"eager": 2e-3})
+
+
+def test_record_is_written_as_it_goes_with_compile_times(tmp_path, monkeypatch, capsys):
+    """Decodes (faked: the command's bookkeeping is under test) then a prefill that dies: the
+    JSON keeps both decodes; only the first has our compile times, from two real children
+    sharing fresh caches (cold: empty, warm: filled)."""
+    def cut_short(self, n):
+        raise RuntimeError("cut short")
+
+    children, real = [], compile_time.run_child
+
+    def spy(argv, env):
+        children.append(real(argv, env))
+        return children[-1]
+
+    monkeypatch.setattr(Bench, "decode", _fake_decode)
+    monkeypatch.setattr(Bench, "prefill", cut_short)
+    monkeypatch.setattr(compile_time, "run_child", spy)
+    out = tmp_path / "bench.json"
+    with pytest.raises(RuntimeError, match="cut short"):
+        main(["bench", "llama", "--config", "tiny", "--no-compile", "--scenarios",
+              "decode,prefill", "--ctx", "6,7", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert "decode b1 ctx6" in text and "decode b1 ctx7" in text  # printed before the failure
+    first, second = json.loads(out.read_text())["results"]
+    assert list(first["compile_s"]) == ["ours cold cache", "ours warm cache"]
+    assert [first["compile_s"][k] for k in first["compile_s"]] == \
+        [c["compile_s"] for c in children] and all(c["compile_s"] > 0 for c in children)
+    assert second["compile_s"] == {} and "profile" not in first
+    cold, warm = children
+    assert cold["kernel_cache"] == warm["kernel_cache"] != CONFIG.kernel_cache_dir
+    assert cold["cached_files_before"] == 0 < warm["cached_files_before"]
+    assert not Path(cold["kernel_cache"]).exists()  # the temporary caches are gone
 
 
 def test_bench_refuses_to_time_different_work(monkeypatch):
@@ -70,3 +174,52 @@ def test_torch_compile_baseline_runs():
     r = bench.decode(5)
     assert set(r.baselines_s) == {"eager", "reduce-overhead"}
     assert r.compile_s["torch.compile"] > 0
+
+
+def _meta() -> dict:
+    return report.meta(torch.device("cpu"), Limits(1.0, 1.0), "llama --config tiny")
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                          cwd=report.CHECKOUT).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_commit_comes_from_git_first(monkeypatch):
+    try:
+        head = _git("rev-parse", "--short", "HEAD")
+    except subprocess.CalledProcessError:
+        pytest.skip("not run from a git checkout")
+    monkeypatch.setenv("HYPERLOOM_COMMIT", "from-the-environment")
+    m = _meta()
+    assert m["commit"] == head and m["commit_dirty"] is bool(_git("status", "--porcelain"))
+
+
+def test_commit_falls_back_to_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setattr(report, "CHECKOUT", tmp_path)  # a copy without .git
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.setenv("HYPERLOOM_COMMIT", "abc1234")
+    assert (_meta()["commit"], _meta()["commit_dirty"]) == ("abc1234", None)
+
+    def no_git(*a, **kw):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(report.subprocess, "run", no_git)  # no git at all
+    assert _meta()["commit"] == "abc1234"
+    monkeypatch.delenv("HYPERLOOM_COMMIT")
+    assert _meta()["commit"] == "unknown"
+
+
+def test_top_ops_on_a_gpu_counts_device_events_only():
+    ev = [SimpleNamespace(key="cudaGraphLaunch", count=4, device_time_total=0,
+                          self_cpu_time_total=400, device_type=DeviceType.CPU),
+          SimpleNamespace(key="matvec", count=8, device_time_total=600,
+                          self_cpu_time_total=0, device_type=DeviceType.CUDA),
+          SimpleNamespace(key="norm", count=4, device_time_total=200,
+                          self_cpu_time_total=0, device_type=DeviceType.CUDA)]
+    got = top_ops(ev, gpu=True, steps=4, step_us=250.0)
+    assert got == [{"name": "matvec", "calls_per_step": 2, "us_per_step": 150, "share": 0.6},
+                   {"name": "norm", "calls_per_step": 1, "us_per_step": 50, "share": 0.2}]
+    assert [k["name"] for k in top_ops(ev, gpu=False, steps=4, step_us=250.0)] == \
+        ["cudaGraphLaunch"]
