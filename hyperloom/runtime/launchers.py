@@ -43,8 +43,8 @@ class Operands:
 
 def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
     node = entry.node
-    spec = matmul_spec(node, o.types)
-    kern = load(o.source(entry), entry.name, device)
+    spec, src = matmul_spec(node, o.types), o.source(entry)
+    kerns = tuple(load(src, n, device) for n in matmul.kernel_names(entry.name, spec))
     x, w = o[node.args[0]], o[node.args[1]]
     out = o.groups.get(node.outs[0], o[node.outs[0]])
     extra = {}
@@ -52,7 +52,12 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         extra = {"stream": o[node.args[2]]}
     elif node.op is Op.LINEAR_HC_POST:
         extra = {"stream": o[node.args[2]], "post": o[node.args[3]], "comb": o[node.args[4]]}
-    return lambda rows, _: matmul.launch(kern, spec, x=x, w=w, out=out, rows=rows, **extra)
+    if spec.prologue == "mean_rmsnorm":  # the normed rows: allocated here, never in the launch
+        key = ("matmul_norm", x.shape[0], spec.k, w.dtype)  # (captured into CUDA graphs)
+        if key not in o.scratch:
+            o.scratch[key] = matmul.scratch(spec, x.shape[0], w.dtype, device)
+        extra["h"] = o.scratch[key]
+    return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
 
 
 def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:

@@ -1,7 +1,8 @@
 """The projection-GEMM emitter against an fp64 torch reference written here from its contract:
 every prologue x epilogue, both paths (GEMV for rows <= 16, tensor-core tiles above), odd and
-power-of-two sizes, row-strided views and in-place updates. CPU: Triton's interpreter in fp32;
-GPU (`gpu` mark): bf16 on the H200, judged by relative error."""
+power-of-two sizes, row-strided views and in-place updates; mean_rmsnorm's norm kernel + GEMM
+pair through a poisoned scratch buffer. CPU: Triton's interpreter in fp32; GPU (`gpu` mark):
+bf16 on the H200, judged by relative error."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ import pytest
 import torch
 
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters.matmul import MatmulSpec, launch, source, tiles
+from hyperloom.codegen.emitters.matmul import (
+    MatmulSpec,
+    gemm_spec,
+    kernel_names,
+    launch,
+    scratch,
+    source,
+    tiles,
+)
 from hyperloom.config import overrides
 from tests.tolerances import assert_close, assert_rel
 
@@ -51,6 +60,11 @@ class Case:
         if spec.epilogue == "hc_post":
             self.post = self.uniform(alloc, spec.hc) * 2
             self.comb = self.uniform(alloc, spec.hc, spec.hc)
+        # mean_rmsnorm's normed rows: poisoned, so a GEMM reading rows the norm kernel did not
+        # write (or a norm kernel writing past `rows`) shows
+        self.h = scratch(spec, alloc, act, device)
+        if self.h is not None:
+            self.h.fill_(float("nan"))
 
     def randn(self, *shape: int, dtype: torch.dtype, scale: float = 1.0,
               view: bool | None = None) -> torch.Tensor:
@@ -69,10 +83,11 @@ class Case:
         return t[..., 8: 8 + shape[-1]] if self.view else t
 
     def launch(self) -> None:
-        kernel = load(source(f"mm_{self.spec.prologue}_{self.spec.epilogue}", self.spec),
-                      f"mm_{self.spec.prologue}_{self.spec.epilogue}", self.device)
-        launch(kernel, self.spec, x=self.x, w=self.w, out=self.out, rows=self.rows,
-               stream=self.stream, post=self.post, comb=self.comb)
+        name = f"mm_{self.spec.prologue}_{self.spec.epilogue}"
+        src = source(name, self.spec)
+        kernels = tuple(load(src, n, self.device) for n in kernel_names(name, self.spec))
+        launch(kernels, self.spec, x=self.x, w=self.w, out=self.out, rows=self.rows,
+               stream=self.stream, post=self.post, comb=self.comb, h=self.h)
 
 
 def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
@@ -109,6 +124,18 @@ def check_cpu(spec: MatmulSpec, rows: int, view: bool, seed: int) -> None:
     assert torch.isnan(c.out[rows:]).all(), f"{what}: wrote rows past `rows`"
     if view:  # the columns around the view are untouched too
         assert torch.isnan(c.out._base).sum() == c.out._base.numel() - c.out[:rows].numel()
+    check_h(c, what)
+
+
+def check_h(c: Case, what: str) -> None:
+    """mean_rmsnorm: h[:rows] holds the normed stream means, the rows past `rows` stay poisoned."""
+    if c.h is None:
+        return
+    m = c.x[: c.rows].double().mean(1)
+    want = m / torch.sqrt((m * m).mean(-1, keepdim=True) + c.spec.eps)
+    assert_rel(c.h[: c.rows].double(), want, 1e-2 if c.h.dtype == torch.bfloat16 else 1e-5,
+               f"{what}: normed rows h")
+    assert torch.isnan(c.h[c.rows:]).all(), f"{what}: the norm kernel wrote rows past `rows`"
 
 
 # ---------------------------------------------------------------- CPU (interpreter, fp32)
@@ -160,6 +187,32 @@ def test_in_place_update_of_the_stream(prologue, epilogue, rows):
     assert torch.equal(c.stream[rows:], before[rows:]), "rows past `rows` changed"
 
 
+def test_mean_rmsnorm_is_a_norm_kernel_then_the_plain_gemm():
+    spec = spec_for(40, 72, "mean_rmsnorm", "hc_post")
+    assert kernel_names("mm_k", spec) == ("mm_k_norm", "mm_k")
+    assert kernel_names("mm_k", spec_for(40, 72, "rmsnorm", "hc_post")) == ("mm_k",)
+    plain = source("mm_k", spec_for(40, 72, "none", "hc_post"))
+    text = source("mm_k", spec)
+    gemm = plain.split("\n\n\n", 1)[1]  # the kernel after the imports
+    assert text.endswith("\n\n\n" + gemm) and gemm_spec(spec).prologue == "none"
+    assert "def mm_k_norm(" in text and text.count("@triton.jit") == 2
+    assert scratch(spec, 7, torch.float32, "cpu").shape == (7, 40)
+    assert scratch(spec_for(40, 72, "none", "store"), 7, torch.float32, "cpu") is None
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_mean_rmsnorm_scratch_is_rewritten_each_launch(rows):
+    # a launch reuses the scratch another launch (more rows, other inputs) filled
+    spec = spec_for(200, 56, "mean_rmsnorm", "store", streams=4)
+    c = Case(spec, rows, "cpu", torch.float32, view=True, seed=900 + rows)
+    c.h.normal_(generator=c.gen)  # stale rows from an earlier launch
+    c.h[rows:] = float("nan")
+    want = reference(spec, c)
+    c.launch()
+    assert_close(c.out[:rows], want, torch.float32, f"reused scratch rows={rows}")
+    check_h(c, f"reused scratch rows={rows}")
+
+
 def test_paths_by_rows():
     spec = spec_for(4096, 6144, "rmsnorm", "swiglu")
     for rows in (1, 16):  # GEMV tiling: one row block holds every row, so w is read once
@@ -204,6 +257,7 @@ def check_gpu(spec: MatmulSpec, rows: int, view: bool, seed: int, in_place: bool
         assert torch.equal(c.out[rows:], before[rows:]), f"{what}: rows past `rows` changed"
     else:
         assert torch.isnan(c.out[rows:]).all(), f"{what}: wrote rows past `rows`"
+    check_h(c, what)
 
 
 @pytest.mark.gpu

@@ -1,13 +1,17 @@
 """Projection GEMMs with a norm prologue and a fused epilogue.
 
-`source(name, spec)` emits one `@triton.jit` kernel `name`; `launch(kernel, spec, ...)` runs it.
-out = epilogue(prologue(x) @ w.T), accumulated in fp32:
+`source(name, spec)` emits the `@triton.jit` kernels `kernel_names(name, spec)`; `launch(kernels,
+spec, ...)` runs them in that order. out = epilogue(prologue(x) @ w.T), accumulated in fp32:
 
 - prologue "none": the GEMM row is x[t] ([rows, K], act dtype or fp32);
-  "rmsnorm": the row is x[t] and the result row is scaled by rsqrt(mean(x[t]^2) + eps);
-  "mean_rmsnorm": x is [rows, streams, K] fp32, the row is mean_i x[t, i] and is scaled likewise.
-  The norm weight is folded into w; one pass over K yields the dot and sum(x^2) together
-  (the tiled rmsnorm path loads each x tile twice, the second time from cache: see below).
+  "rmsnorm": the row is x[t] and the result row is scaled by rsqrt(mean(x[t]^2) + eps); one pass
+  over K yields the dot and sum(x^2) together (the tiled path loads each x tile twice, the second
+  time from cache: see below);
+  "mean_rmsnorm": x is [rows, streams, K] fp32 and the row is h[t] = m * rsqrt(mean(m^2) + eps),
+  m = mean_i x[t, i]. A row kernel `{name}_norm` writes h, in w's dtype, to a scratch buffer
+  [>= rows, K] (the caller's, `h=`), then `{name}` is the prologue-"none" GEMM of the same spec
+  reading h: loading `streams` fp32 tiles per K step inside the GEMM starved its pipeline.
+  The norm weight is folded into w.
 - epilogue "store": out [rows, N] = result, cast to out's dtype;
   "swiglu": w is [2I, K] (gate rows, then up rows), out [rows, I] = silu(min(g, L)) * clamp(u, L);
   "residual": out [rows, N] fp32 = stream + result (out may be stream);
@@ -15,10 +19,10 @@ out = epilogue(prologue(x) @ w.T), accumulated in fp32:
   [rows, hc, N] fp32 (out may be X: a block loads all hc stream tiles before storing any).
 
 Tensors may be row-strided views (only the last dim must be contiguous); w is contiguous [N, K].
-Two paths, picked in `launch` by rows: rows <= 16 take a GEMV-style tiling (one row block holding
-every row, so each weight element is read once per launch, narrow column blocks, deep K steps);
-more rows take tensor-core tiles sized for Hopper bf16. Under CONFIG.interpret the source upcasts
-every tl.dot operand to fp32 (the interpreter mis-computes bf16 dots).
+Two GEMM paths, picked in `launch` by rows: rows <= 16 take a GEMV-style tiling (one row block
+holding every row, so each weight element is read once per launch, narrow column blocks, deep K
+steps); more rows take tensor-core tiles sized for Hopper bf16. Under CONFIG.interpret the source
+upcasts every tl.dot operand to fp32 (the interpreter mis-computes bf16 dots).
 """
 
 from __future__ import annotations
@@ -61,6 +65,16 @@ class MatmulSpec:
         return self.n // 2 if self.epilogue == "swiglu" else self.n
 
 
+def gemm_spec(spec: MatmulSpec) -> MatmulSpec:
+    """The spec of the GEMM kernel: mean_rmsnorm's runs on rows its norm kernel already normed."""
+    return dataclasses.replace(spec, prologue="none") if spec.prologue == "mean_rmsnorm" else spec
+
+
+def kernel_names(name: str, spec: MatmulSpec) -> tuple[str, ...]:
+    """The kernels `source(name, spec)` defines, in launch order: (norm, GEMM) for mean_rmsnorm."""
+    return (f"{name}_norm", name) if spec.prologue == "mean_rmsnorm" else (name,)
+
+
 # ---------------------------------------------------------------- source
 
 
@@ -71,10 +85,7 @@ def _params(spec: MatmulSpec) -> list[str]:
         names.append("stream_ptr")
     if spec.epilogue == "hc_post":
         names += ["post_ptr", "comb_ptr"]
-    names += ["rows", "sx_t"]
-    if spec.prologue == "mean_rmsnorm":
-        names.append("sx_s")
-    names.append("so_t")
+    names += ["rows", "sx_t", "so_t"]
     if spec.epilogue == "hc_post":
         names.append("so_h")
     if spec.epilogue in ("residual", "hc_post"):
@@ -162,13 +173,7 @@ def _dots_of(a: str, spec: MatmulSpec) -> list[str]:
 
 
 def _register_body(spec: MatmulSpec) -> list[str]:
-    if spec.prologue == "mean_rmsnorm":
-        lines = ["a = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)",
-                 f"for s in tl.static_range({spec.streams}):",
-                 "    a += tl.load(x_rows + s * sx_s + kk[None, :], mask=x_ok, other=0.0)",
-                 f"a = a / {spec.streams}"]
-        lines += ["sq2 += a * a"]
-    elif spec.prologue == "rmsnorm":
+    if spec.prologue == "rmsnorm":
         # a second load for the statistics: on the H200, one loaded tile feeding both a wgmma
         # (from shared memory) and a register reduction gave rows scaled off by up to 15%, a
         # race; the differing eviction hint keeps the two loads from being merged
@@ -184,11 +189,10 @@ def _register_body(spec: MatmulSpec) -> list[str]:
 def _normalize(spec: MatmulSpec) -> list[str]:
     if spec.prologue == "none":
         return []
-    lines = ["sq = tl.sum(sq2, axis=1)"]
-    if spec.prologue == "rmsnorm":
-        lines = ["if GEMV:", "    i = tl.arange(0, BLOCK_M)",
-                 "    sq = tl.sum(tl.where(i[:, None] == i[None, :], sqm, 0.0), axis=1)",
-                 "else:", "    sq = tl.sum(sq2, axis=1)"]
+    assert spec.prologue == "rmsnorm", "mean_rmsnorm's GEMM is gemm_spec(spec)'s"
+    lines = ["if GEMV:", "    i = tl.arange(0, BLOCK_M)",
+             "    sq = tl.sum(tl.where(i[:, None] == i[None, :], sqm, 0.0), axis=1)",
+             "else:", "    sq = tl.sum(sq2, axis=1)"]
     lines.append(f"scale = tl.rsqrt(sq / {spec.k} + {float(spec.eps)!r})[:, None]")
     return lines + [f"{acc} = {acc} * scale" for acc, _ in _weights(spec)]
 
@@ -232,12 +236,47 @@ def _hc_post(spec: MatmulSpec) -> list[str]:
     return lines
 
 
-def source(name: str, spec: MatmulSpec, header: str = "") -> str:
-    """Triton source defining the kernel `name` for `spec` (deterministic: same spec, same text)."""
-    head = [f"# {line}".rstrip() for line in header.splitlines()]
+def _mean_row(spec: MatmulSpec, policy: str) -> list[str]:
+    """One BLOCK_K chunk of the stream mean m of row t, in fp32."""
+    return ["kk = k0 + rk", f"k_ok = kk < {spec.k}",
+            "m = tl.zeros([BLOCK_K], dtype=tl.float32)",
+            f"for s in tl.static_range({spec.streams}):",
+            "    m += tl.load(x_row + s * sx_s + kk, mask=k_ok, other=0.0,",
+            f'                 eviction_policy="{policy}").to(tl.float32)',
+            f"m = m / {spec.streams}"]
+
+
+def _norm_kernel(name: str, spec: MatmulSpec) -> list[str]:
+    """mean_rmsnorm's row kernel, one program a row: h[t] = m * rsqrt(mean(m^2) + eps) with
+    m = mean_i x[t, i], in h's dtype. Two passes over the row: sum(m^2) (accumulated elementwise,
+    reduced once), then scale and store (the second pass reads x from cache: the first pass
+    asks L2 to keep the row, the second lets it go)."""
+    body = ["t = tl.program_id(0).to(tl.int64)  # row offsets of big activations overflow int32",
+            "x_row = x_ptr + t * sx_t", "h_row = h_ptr + t * sh_t", "rk = tl.arange(0, BLOCK_K)",
+            "sq2 = tl.zeros([BLOCK_K], dtype=tl.float32)",
+            f"for k0 in range(0, {spec.k}, BLOCK_K):"]
+    body += _indent(_mean_row(spec, "evict_last") + ["sq2 += m * m"])
+    body += [f"scale = tl.rsqrt(tl.sum(sq2, axis=0) / {spec.k} + {float(spec.eps)!r})",
+             f"for k0 in range(0, {spec.k}, BLOCK_K):"]
+    body += _indent(_mean_row(spec, "evict_first")
+                    + ["tl.store(h_row + kk, (m * scale).to(h_ptr.dtype.element_ty), mask=k_ok)"])
+    return ["@triton.jit", f"def {name}(x_ptr, h_ptr, sx_t, sx_s, sh_t, BLOCK_K: tl.constexpr):"] \
+        + _indent(body)
+
+
+def _gemm_kernel(name: str, spec: MatmulSpec) -> list[str]:
     body = _setup(spec) + _loop(spec) + _epilogue(spec)
+    return _signature(name, spec) + _indent(body)
+
+
+def source(name: str, spec: MatmulSpec, header: str = "") -> str:
+    """Triton source defining the kernels `kernel_names(name, spec)` (deterministic: same spec,
+    same text). mean_rmsnorm: the norm kernel, then exactly the GEMM of `gemm_spec(spec)`."""
+    head = [f"# {line}".rstrip() for line in header.splitlines()]
     lines = head + ["import triton", "import triton.language as tl", "", ""]
-    lines += _signature(name, spec) + ["    " + line for line in body]
+    if spec.prologue == "mean_rmsnorm":
+        lines += _norm_kernel(kernel_names(name, spec)[0], spec) + ["", ""]
+    lines += _gemm_kernel(name, gemm_spec(spec))
     return "\n".join(lines) + "\n"
 
 
@@ -281,11 +320,9 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
 
 def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
     """Fewer stages, then shallower K steps, until the pipelined tiles fit in shared memory."""
-    x_tiles = spec.streams if spec.prologue == "mean_rmsnorm" else 1
     w_tiles = 2 if spec.epilogue == "swiglu" else 1
     stages, bk = t.num_stages, t.block_k
-    while stages * bk * (t.block_m * x_tiles * x_bytes + t.block_n * w_tiles * w_bytes) \
-            > SMEM_BYTES:
+    while stages * bk * (t.block_m * x_bytes + t.block_n * w_tiles * w_bytes) > SMEM_BYTES:
         if stages > 2:
             stages -= 1
         elif bk > 16:
@@ -297,8 +334,6 @@ def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
 
 def _strides(spec: MatmulSpec, x, out, stream, post, comb) -> dict[str, int]:
     s = {"sx_t": x.stride(0), "so_t": out.stride(0)}
-    if spec.prologue == "mean_rmsnorm":
-        s["sx_s"] = x.stride(1)
     if spec.epilogue in ("residual", "hc_post"):
         s["sst_t"] = stream.stride(0)
     if spec.epilogue == "hc_post":
@@ -307,7 +342,7 @@ def _strides(spec: MatmulSpec, x, out, stream, post, comb) -> dict[str, int]:
     return s
 
 
-def _check(spec: MatmulSpec, x, w, out, stream, post, comb) -> None:
+def _check(spec: MatmulSpec, x, w, out, stream, post, comb, h) -> None:
     x_dims = 3 if spec.prologue == "mean_rmsnorm" else 2
     o_dims = 3 if spec.epilogue == "hc_post" else 2
     assert x.dim() == x_dims and x.shape[-1] == spec.k, f"x {tuple(x.shape)} for {spec}"
@@ -315,22 +350,42 @@ def _check(spec: MatmulSpec, x, w, out, stream, post, comb) -> None:
     assert out.dim() == o_dims and out.shape[-1] == spec.n_out, f"out {tuple(out.shape)}"
     if spec.prologue == "mean_rmsnorm":
         assert x.shape[1] == spec.streams, f"x {tuple(x.shape)}: {spec.streams} streams"
+        assert h is not None and h.dim() == 2 and h.shape[1] == spec.k, "h: scratch [rows, K]"
     if spec.epilogue in ("residual", "hc_post"):
         assert stream is not None and stream.shape[1:] == out.shape[1:], "stream shape"
     if spec.epilogue == "hc_post":
         assert out.shape[1] == spec.hc and post is not None and comb is not None
         assert post.stride(-1) == 1 and comb.stride(-1) == 1, "post/comb: last dim contiguous"
-    for t in (x, out, stream):
+    for t in (x, out, stream, h):
         assert t is None or t.stride(-1) == 1, "the last dim must be contiguous"
 
 
-def launch(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
-           rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
-           comb: torch.Tensor | None = None) -> None:
-    """Run `kernel` (from `source(..., spec)`) on the first `rows` rows of the operands."""
-    _check(spec, x, w, out, stream, post, comb)
-    if rows <= 0:
-        return
+def scratch(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.Tensor | None:
+    """The normed-row buffer `launch` needs as h for up to `rows` rows (w's dtype); None unless
+    the prologue is mean_rmsnorm. Allocate it once, outside any captured launch."""
+    if spec.prologue != "mean_rmsnorm":
+        return None
+    return torch.empty((rows, spec.k), dtype=dtype, device=device)
+
+
+def norm_tiles(spec: MatmulSpec) -> tuple[int, int]:
+    """(BLOCK_K, num_warps) of the norm kernel: 2048-wide chunks (K=4096: two steps, eight fp32
+    of each stream per thread and step)."""
+    block_k = min(2048, max(16, triton.next_power_of_2(spec.k)))
+    return block_k, max(1, min(8, block_k // 256))
+
+
+def launch_norm(kernel, spec: MatmulSpec, *, x: torch.Tensor, h: torch.Tensor, rows: int) -> None:
+    """mean_rmsnorm's norm kernel: h[:rows] = the normed stream means of x[:rows]."""
+    block_k, warps = norm_tiles(spec)
+    kernel[(rows,)](x, h, x.stride(0), x.stride(1), h.stride(0), BLOCK_K=block_k,
+                    num_warps=warps)
+
+
+def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
+                rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
+                comb: torch.Tensor | None = None) -> None:
+    """The GEMM kernel of a spec without mean_rmsnorm (see gemm_spec) on the first `rows` rows."""
     t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
              "comb_ptr": comb, "rows": rows, **_strides(spec, x, out, stream, post, comb)}
@@ -338,3 +393,21 @@ def launch(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: t
     kernel[grid](*(bound[p] for p in _params(spec)), BLOCK_M=t.block_m, BLOCK_N=t.block_n,
                  BLOCK_K=t.block_k, GROUP_M=t.group_m, GEMV=t.gemv,
                  num_warps=t.num_warps, num_stages=t.num_stages)
+
+
+def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
+           rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
+           comb: torch.Tensor | None = None, h: torch.Tensor | None = None) -> None:
+    """Run the kernels of `source(..., spec)` (those of kernel_names, loaded, in order) on the
+    first `rows` rows of the operands. mean_rmsnorm: h is the scratch of `scratch(...)` (at least
+    `rows` rows); the norm kernel fills h[:rows], then the GEMM reads it as its x."""
+    _check(spec, x, w, out, stream, post, comb, h)
+    assert len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names"
+    if rows <= 0:
+        return
+    if spec.prologue == "mean_rmsnorm":
+        assert h.shape[0] >= rows, f"h has {h.shape[0]} rows, {rows} launched"
+        launch_norm(kernels[0], spec, x=x, h=h, rows=rows)
+        x = h
+    launch_gemm(kernels[-1], gemm_spec(spec), x=x, w=w, out=out, rows=rows, stream=stream,
+                post=post, comb=comb)

@@ -8,9 +8,37 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def k15_norm_linear_lm_head_norm(x_ptr, h_ptr, sx_t, sx_s, sh_t, BLOCK_K: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)  # row offsets of big activations overflow int32
+    x_row = x_ptr + t * sx_t
+    h_row = h_ptr + t * sh_t
+    rk = tl.arange(0, BLOCK_K)
+    sq2 = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, 64, BLOCK_K):
+        kk = k0 + rk
+        k_ok = kk < 64
+        m = tl.zeros([BLOCK_K], dtype=tl.float32)
+        for s in tl.static_range(4):
+            m += tl.load(x_row + s * sx_s + kk, mask=k_ok, other=0.0,
+                         eviction_policy="evict_last").to(tl.float32)
+        m = m / 4
+        sq2 += m * m
+    scale = tl.rsqrt(tl.sum(sq2, axis=0) / 64 + 1e-05)
+    for k0 in range(0, 64, BLOCK_K):
+        kk = k0 + rk
+        k_ok = kk < 64
+        m = tl.zeros([BLOCK_K], dtype=tl.float32)
+        for s in tl.static_range(4):
+            m += tl.load(x_row + s * sx_s + kk, mask=k_ok, other=0.0,
+                         eviction_policy="evict_first").to(tl.float32)
+        m = m / 4
+        tl.store(h_row + kk, (m * scale).to(h_ptr.dtype.element_ty), mask=k_ok)
+
+
 @triton.jit(do_not_specialize=["rows"])
 def k15_norm_linear_lm_head(
-    x_ptr, w_ptr, out_ptr, rows, sx_t, sx_s, so_t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    x_ptr, w_ptr, out_ptr, rows, sx_t, so_t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, GEMV: tl.constexpr):
     pid = tl.program_id(0)
     num_m = tl.cdiv(rows, BLOCK_M)
@@ -29,21 +57,13 @@ def k15_norm_linear_lm_head(
     x_rows = x_ptr + rm64[:, None] * sx_t
     w_cols = w_ptr + rn.to(tl.int64)[None, :] * 64
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    sq2 = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, 64, BLOCK_K):
         kk = k0 + rk
         k_ok = kk < 64
         x_ok = m_ok[:, None] & k_ok[None, :]
         b0 = tl.load(w_cols + kk[:, None], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-        a = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
-        for s in tl.static_range(4):
-            a += tl.load(x_rows + s * sx_s + kk[None, :], mask=x_ok, other=0.0)
-        a = a / 4
-        sq2 += a * a
+        a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)
         acc = tl.dot(a.to(b0.dtype), b0, acc)
-    sq = tl.sum(sq2, axis=1)
-    scale = tl.rsqrt(sq / 64 + 1e-05)[:, None]
-    acc = acc * scale
     o_ok = m_ok[:, None] & n_ok[None, :]
     o_rows = out_ptr + rm64[:, None] * so_t
     tl.store(o_rows + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=o_ok)
