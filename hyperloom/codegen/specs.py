@@ -24,7 +24,8 @@ def matmul_spec(node: Node, types: dict) -> matmul.MatmulSpec:
 
 def hc_pre_spec(node: Node, types: dict) -> hc_pre.HCPreSpec:
     at = node.attrs
-    return hc_pre.HCPreSpec(at.n, int(node.types[0].shape[1]), at.norm_eps, at.hc_eps, at.iters)
+    return hc_pre.HCPreSpec(at.n, int(node.types[0].shape[1]), at.norm_eps, at.hc_eps, at.iters,
+                            at.out_eps)
 
 
 def embedding_spec(node: Node, types: dict) -> embedding.EmbeddingSpec:

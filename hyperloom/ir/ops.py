@@ -166,12 +166,16 @@ class HCExpandAttrs:
 
 @dataclass(frozen=True, slots=True)
 class HCPreAttrs:
-    """Stream norm eps (rms_norm_eps), the floor hc_eps, and the Sinkhorn iteration count."""
+    """Stream norm eps (rms_norm_eps), the floor hc_eps, and the Sinkhorn iteration count.
+    out_eps: the site's RMSNorm (weight folded into its projections) applied to y, stored in
+    out_dtype ('' keeps the streams' fp32); None: y is the plain weighted stream sum."""
 
     n: int
     norm_eps: float
     hc_eps: float
     iters: int
+    out_eps: float | None = None
+    out_dtype: str = ""
 
 
 @dataclass(frozen=True, slots=True)

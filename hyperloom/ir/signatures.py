@@ -223,7 +223,8 @@ def _hc_pre(a: Types, at: ops.HCPreAttrs) -> tuple[TensorType, ...]:
     _shape(fn, (2 + n) * n, n * d, what="hc fn")
     _shape(base, (2 + n) * n, what="hc base")
     _shape(scale, 3, what="hc scale")
-    return (x.with_shape(t, d), x.with_shape(t, n), x.with_shape(t, n, n))
+    y = TensorType.make(DType.of(at.out_dtype) if at.out_dtype else x.dtype, t, d)
+    return (y, x.with_shape(t, n), x.with_shape(t, n, n))
 
 
 def _hc_post(a: Types, _: object) -> tuple[TensorType, ...]:

@@ -12,7 +12,7 @@ from hyperloom.passes.epilogues import (
     fuse_embedding, fuse_hc_post, fuse_residual, fuse_rope_attention, fuse_swiglu,
 )
 from hyperloom.passes.fuse_linears import (
-    fold_norm_into_linear, fuse_head_mean, merge_sibling_linears,
+    fold_norm_into_linear, fuse_head_mean, fuse_site_norm, merge_sibling_linears,
 )
 from hyperloom.passes.rewrite import PassResult
 
@@ -23,6 +23,7 @@ PIPELINE: tuple[Pass, ...] = (
     fold_norm_into_linear,
     fuse_head_mean,
     fuse_swiglu,
+    fuse_site_norm,
     fuse_residual,
     fuse_hc_post,
     fuse_rope_attention,

@@ -1,6 +1,7 @@
 """The mHC pre-site emitter against semantics.hc.hc_pre (fp64): n = 4 and n = 2, 20 Sinkhorn
 iterations, widths that are not powers of two (one and several K blocks per stream), 1 to 33 rows
-(one and three row blocks), row-strided X and y, rows past `rows` untouched. CPU: Triton's
+(one and three row blocks), with and without the folded site norm, row-strided X and y, rows
+past `rows` untouched. CPU: Triton's
 interpreter in fp32; GPU (`gpu` mark): bf16 fn at D = 4096 on the H200, relative error."""
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class Case:
         self.fn = fn.to(device, w_dtype)
         self.base = (torch.randn(j, generator=self.gen) * 0.5).to(device)
         self.scale = (torch.rand(3, generator=self.gen) + 0.5).to(device)
-        self.y = self.wide(torch.full((alloc, d + PAD), float("nan")))
+        y_dtype = w_dtype if spec.out_eps is not None else torch.float32  # as the engine does
+        self.y = self.wide(torch.full((alloc, d + PAD), float("nan"), dtype=y_dtype))
         self.post = torch.full((alloc, n), float("nan"), device=device)
         self.comb = torch.full((alloc, n, n), float("nan"), device=device)
 
@@ -56,7 +58,8 @@ class Case:
 
     def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         s, r = self.spec, self.rows
-        at = ops.HCPreAttrs(n=s.n, norm_eps=s.norm_eps, hc_eps=s.hc_eps, iters=s.iters)
+        at = ops.HCPreAttrs(n=s.n, norm_eps=s.norm_eps, hc_eps=s.hc_eps, iters=s.iters,
+                            out_eps=s.out_eps)
         return hc.hc_pre(Ctx(dtype, None, ()), at, self.x[:r].to(dtype), self.fn.to(dtype),
                          self.base.to(dtype), self.scale.to(dtype))
 
@@ -68,9 +71,10 @@ class Case:
 @pytest.mark.parametrize("n,d", [(4, 40), (2, 200)])
 @pytest.mark.parametrize("rows", [1, 5, 33])
 @pytest.mark.parametrize("sms", [132, 1])  # 1: fewer splits than K blocks, several per split
-def test_hc_pre(n: int, d: int, rows: int, sms: int, monkeypatch) -> None:
+@pytest.mark.parametrize("out_eps", [None, 1e-5])  # the site norm folded in
+def test_hc_pre(n: int, d: int, rows: int, sms: int, out_eps, monkeypatch) -> None:
     monkeypatch.setattr(hc_pre_emitter, "SMS", sms)
-    spec = HCPreSpec(n=n, d=d, norm_eps=1e-6, hc_eps=1e-6, iters=20)
+    spec = HCPreSpec(n=n, d=d, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
     case = Case(spec, rows, "cpu", torch.float32, strided=rows != 5, seed=100 * n + rows)
     case.run()
     y, post, comb = case.reference(torch.float64)
@@ -83,9 +87,10 @@ def test_hc_pre(n: int, d: int, rows: int, sms: int, monkeypatch) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 7, 300])
-def test_hc_pre_gpu(rows: int) -> None:
-    spec = HCPreSpec(n=4, d=4096, norm_eps=1e-6, hc_eps=1e-6, iters=20)
+@pytest.mark.parametrize("rows", [1, 7, 300, 2048])
+@pytest.mark.parametrize("out_eps", [None, 1e-5])
+def test_hc_pre_gpu(rows: int, out_eps) -> None:
+    spec = HCPreSpec(n=4, d=4096, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
     case = Case(spec, rows, "cuda", torch.bfloat16, strided=True, seed=rows)
     case.run()
     y, post, comb = case.reference(torch.float32)

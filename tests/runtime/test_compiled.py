@@ -132,7 +132,12 @@ def test_bench_plan_fuses_what_the_issue_names():
     assert ops.count(Op.LINEAR_HC_POST) == 2 * 4  # hc_post fused into o_proj and down_proj
     fused = {k.name: k.node.sources for k in comp.plan.kernels}
     qkv = next(v for k, v in fused.items() if "q_k_v" in k)
-    assert [s.split()[1] for s in qkv] == ["rmsnorm", "linear", "linear", "linear"]
+    assert [s.split()[1] for s in qkv] == ["linear", "linear", "linear"]
+    # the site norm (weight folded into the projections) is computed where y is made
+    pre = next(v for k, v in fused.items() if "hc_pre_l0_hc_attn" in k)
+    assert [s.split()[1] for s in pre] == ["hc_pre", "rmsnorm"]
+    gate_up = next(k for k in comp.plan.kernels if "gate_up" in k.name)
+    assert gate_up.node.attrs.eps is None and "rmsnorm" not in " ".join(gate_up.node.sources)
     head = next(v for k, v in fused.items() if "lm_head" in k)
     assert [s.split()[1] for s in head] == ["hc_head_mean", "rmsnorm", "lm_head"]
 

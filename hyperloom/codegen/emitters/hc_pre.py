@@ -9,7 +9,8 @@ Each program streams its K range of X and fn, and writes the partial projections
 fn^T and the partial sum of squares (column J) to a scratch row [split, row, JP]. It then takes a
 ticket from its row block's counter; the last program of the block sums the partials, forms the
 gates, runs every Sinkhorn iteration in registers, writes post and comb and y = sum_i pre[i] *
-X[i] (X is still in L2), and resets the counter for the next launch (CUDA-graph replays too).
+X[i] row by row (X is still in L2; with out_eps, y = rms(y) in a second pass over the row), and
+resets the counter for the next launch (CUDA-graph replays too).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class HCPreSpec:
     norm_eps: float
     hc_eps: float
     iters: int
+    out_eps: float | None = None  # the site's RMSNorm folded in: y = rms(y)
 
 
 def _comment(header: str) -> str:
@@ -61,13 +63,24 @@ def _blocks(spec: HCPreSpec) -> dict[str, int]:
         "NP": triton.next_power_of_2(spec.n),
         "JP": max(16, triton.next_power_of_2(j + 1)),  # tl.dot needs N >= 16
         "BLOCK_K": max(16, min(128, d2)),
-        "BLOCK_D": max(16, min(128, d2)),
+        "BLOCK_Y": max(16, min(1024, d2)),  # y columns per step of one row
     }
 
 
 def _finish(spec: HCPreSpec) -> str:
     """The last program of a row block: partials -> gates -> Sinkhorn -> post, comb, y."""
     head, tail = runtime_loop("s", "0", "splits", "1", " " * 4)
+    rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 4)
+    norm = "        inv = 1.0\n"
+    if spec.out_eps is not None:  # a first pass for sum(y^2); the second reads X from cache
+        norm = """        sq = tl.zeros((BLOCK_Y,), tl.float32)
+        for d0 in range(0, D, BLOCK_Y):
+            d = d0 + dd
+            x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+            y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0)
+            sq += y * y
+        inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
+"""
     return f'''    acc = tl.zeros((BLOCK_T, JP), tl.float32)
 {head}        acc += tl.load(part_ptr + (s * rows_pad + t64)[:, None] * JP + j[None, :],
                        mask=tmask[:, None], other=0.0, cache_modifier=".cg")
@@ -106,25 +119,28 @@ def _finish(spec: HCPreSpec) -> str:
     tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
              + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None])
 
-    # y = sum_i pre[i] * X[i]
-    dd = tl.arange(0, BLOCK_D)
-    for d0 in range(0, D, BLOCK_D):
-        d = d0 + dd
-        dmask = d < D
-        x = tl.load(x_ptr + t64[:, None, None] * sx_row + ii[None, :, None] * sx_stream
-                    + d[None, None, :],
-                    mask=tmask[:, None, None] & (ii < N)[None, :, None] & dmask[None, None, :],
-                    other=0.0).to(tl.float32)
-        y = tl.sum(pre[:, :, None] * x, axis=1)
-        tl.store(y_ptr + t64[:, None] * sy_row + d[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=tmask[:, None] & dmask[None, :])
-'''
+    # y = sum_i pre[i] * X[i] (then rms(y) when the site norm is folded in), row by row: a
+    # decode block has one live row of BLOCK_T
+    rr = tl.arange(0, BLOCK_T)
+    dd = tl.arange(0, BLOCK_Y)
+    smask = (ii < N)[:, None]
+    n_live = tl.minimum(rows - tl.program_id(0) * BLOCK_T, BLOCK_T)
+{rhead}        pre_r = tl.sum(tl.where(rr[:, None] == r, pre, 0.0), axis=0)  # [NP]
+        row = (tl.program_id(0) * BLOCK_T + r).to(tl.int64)
+        x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
+{norm}        for d0 in range(0, D, BLOCK_Y):
+            d = d0 + dd
+            x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+            y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0) * inv
+            tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
+{rtail}'''
 
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
     b = _blocks(spec)
     dot = _INTERPRET_DOT if CONFIG.interpret else _GPU_DOT
     head, tail = runtime_loop("k0", "0", "k_split", "BLOCK_K", " " * 4)
+    out_eps = "" if spec.out_eps is None else f",\n        OUT_EPS: tl.constexpr = {spec.out_eps!r}"
     finish = "".join("    " + line if line else line
                      for line in _finish(spec).splitlines(keepends=True))
     return f'''{_comment(header)}import triton
@@ -137,8 +153,8 @@ def {name}(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_p
         scomb_i, N: tl.constexpr = {spec.n}, D: tl.constexpr = {spec.d},
         J: tl.constexpr = {b["J"]}, NP: tl.constexpr = {b["NP"]}, JP: tl.constexpr = {b["JP"]},
         BLOCK_T: tl.constexpr = {BLOCK_T}, BLOCK_K: tl.constexpr = {b["BLOCK_K"]},
-        BLOCK_D: tl.constexpr = {b["BLOCK_D"]}, NORM_EPS: tl.constexpr = {spec.norm_eps!r},
-        HC_EPS: tl.constexpr = {spec.hc_eps!r}, ITERS: tl.constexpr = {spec.iters}):
+        BLOCK_Y: tl.constexpr = {b["BLOCK_Y"]}, NORM_EPS: tl.constexpr = {spec.norm_eps!r},
+        HC_EPS: tl.constexpr = {spec.hc_eps!r}, ITERS: tl.constexpr = {spec.iters}{out_eps}):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)

@@ -32,7 +32,7 @@ def hc_pre(ctx: Ctx, at: ops.HCPreAttrs, x: torch.Tensor, fn: torch.Tensor, base
     comb = (scale[2] * m[:, 2 * n:] + base[2 * n:]).view(t, n, n)
     comb = sinkhorn(comb, at.hc_eps, at.iters)
     y = (pre[:, :, None] * x).sum(1)  # [T, D]
-    return y, post, comb
+    return (y if at.out_eps is None else rms(y, at.out_eps)), post, comb
 
 
 def hc_post(ctx: Ctx, at: ops.NoAttrs, f: torch.Tensor, x: torch.Tensor, post: torch.Tensor,

@@ -1,11 +1,11 @@
 # k01_hc_pre_l0_hc_attn_fn: hc_pre
-# fuses: %2 hc_pre
-# node: %2, %2.1, %2.2 = hc_pre(%1, @layers.0.hc_attn_fn, @layers.0.hc_attn_base, @layers.0.hc_attn_scale) {n=4, norm_eps=1e-05, hc_eps=1e-06, iters=20} : f32[T, 64], f32[T, 4], f32[T, 4, 4]
+# fuses: %2 hc_pre, %3 rmsnorm
+# node: %2, %2.1, %2.2 = hc_pre(%1, @layers.0.hc_attn_fn, @layers.0.hc_attn_base, @layers.0.hc_attn_scale) {n=4, norm_eps=1e-05, hc_eps=1e-06, iters=20, out_eps=1e-05, out_dtype='bf16'} : bf16[T, 64], f32[T, 4], f32[T, 4, 4]  # fused: %2 hc_pre, %3 rmsnorm
 # %1 -> arena+0 col 0 [4, 64]
 # @layers.0.hc_attn_fn -> weights
 # @layers.0.hc_attn_base -> weights
 # @layers.0.hc_attn_scale -> weights
-# %2 -> arena+65536 col 0 [64]
+# %2 -> arena+81920 col 0 [64]
 # %2.1 -> arena+143360 col 0 [4]
 # %2.2 -> arena+139264 col 0 [4, 4]
 import triton
@@ -18,8 +18,9 @@ def k01_hc_pre_l0_hc_attn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr
         scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64,
         J: tl.constexpr = 24, NP: tl.constexpr = 4, JP: tl.constexpr = 32,
         BLOCK_T: tl.constexpr = 16, BLOCK_K: tl.constexpr = 64,
-        BLOCK_D: tl.constexpr = 64, NORM_EPS: tl.constexpr = 1e-05,
-        HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20):
+        BLOCK_Y: tl.constexpr = 64, NORM_EPS: tl.constexpr = 1e-05,
+        HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
@@ -96,15 +97,25 @@ def k01_hc_pre_l0_hc_attn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr
         tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
                  + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None])
     
-        # y = sum_i pre[i] * X[i]
-        dd = tl.arange(0, BLOCK_D)
-        for d0 in range(0, D, BLOCK_D):
-            d = d0 + dd
-            dmask = d < D
-            x = tl.load(x_ptr + t64[:, None, None] * sx_row + ii[None, :, None] * sx_stream
-                        + d[None, None, :],
-                        mask=tmask[:, None, None] & (ii < N)[None, :, None] & dmask[None, None, :],
-                        other=0.0).to(tl.float32)
-            y = tl.sum(pre[:, :, None] * x, axis=1)
-            tl.store(y_ptr + t64[:, None] * sy_row + d[None, :], y.to(y_ptr.dtype.element_ty),
-                     mask=tmask[:, None] & dmask[None, :])
+        # y = sum_i pre[i] * X[i] (then rms(y) when the site norm is folded in), row by row: a
+        # decode block has one live row of BLOCK_T
+        rr = tl.arange(0, BLOCK_T)
+        dd = tl.arange(0, BLOCK_Y)
+        smask = (ii < N)[:, None]
+        n_live = tl.minimum(rows - tl.program_id(0) * BLOCK_T, BLOCK_T)
+        for r in range(0, n_live, 1):
+            pre_r = tl.sum(tl.where(rr[:, None] == r, pre, 0.0), axis=0)  # [NP]
+            row = (tl.program_id(0) * BLOCK_T + r).to(tl.int64)
+            x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
+            sq = tl.zeros((BLOCK_Y,), tl.float32)
+            for d0 in range(0, D, BLOCK_Y):
+                d = d0 + dd
+                x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+                y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0)
+                sq += y * y
+            inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
+            for d0 in range(0, D, BLOCK_Y):
+                d = d0 + dd
+                x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+                y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0) * inv
+                tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)

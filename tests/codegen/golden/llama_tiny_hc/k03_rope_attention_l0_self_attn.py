@@ -1,9 +1,9 @@
 # k03_rope_attention_l0_self_attn: attention
 # fuses: %7 rope, %8 rope, %9 attention
 # node: %9 = rope_attention(%4, %5, %6, %slot, %pos) {heads=4, kv_heads=2, head_dim=16, scale=0.25, state='layers.0.self_attn', theta=10000.0, kind='llama3', factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=64} : bf16[T, 64]  # fused: %7 rope, %8 rope, %9 attention
-# %4 -> arena+81920 col 0 [64]
-# %5 -> arena+81920 col 64 [32]
-# %6 -> arena+81920 col 96 [32]
+# %4 -> arena+65536 col 0 [64]
+# %5 -> arena+65536 col 64 [32]
+# %6 -> arena+65536 col 96 [32]
 # %slot -> row input
 # %pos -> row input
 # %9 -> arena+131072 col 0 [64]

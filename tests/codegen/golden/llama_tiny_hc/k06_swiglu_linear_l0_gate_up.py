@@ -1,6 +1,6 @@
 # k06_swiglu_linear_l0_gate_up: matmul
-# fuses: %13 rmsnorm, %14 linear, %15 linear, %16 swiglu
-# node: %16 = swiglu_linear(%12, @layers.0.mlp.gate_proj+up_proj.weight~post_attention_layernorm) {eps=1e-05, limit=None} : bf16[T, 128]  # fused: %13 rmsnorm, %14 linear, %15 linear, %16 swiglu
+# fuses: %14 linear, %15 linear, %16 swiglu
+# node: %16 = swiglu_linear(%12, @layers.0.mlp.gate_proj+up_proj.weight~post_attention_layernorm) {eps=None, limit=None} : bf16[T, 128]  # fused: %14 linear, %15 linear, %16 swiglu
 # %12 -> arena+0 col 0 [64]
 # @layers.0.mlp.gate_proj+up_proj.weight~post_attention_layernorm -> weights
 # %16 -> arena+131072 col 0 [128]
@@ -30,34 +30,15 @@ def k06_swiglu_linear_l0_gate_up(
     w_cols = w_ptr + rn.to(tl.int64)[None, :] * 64
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    sq2 = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
-    sqm = tl.zeros([BLOCK_M, BLOCK_M], dtype=tl.float32)  # GEMV: x x^T
     for k0 in range(0, 64, BLOCK_K):
         kk = k0 + rk
         k_ok = kk < 64
         x_ok = m_ok[:, None] & k_ok[None, :]
         b0 = tl.load(w_cols + kk[:, None], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
         b1 = tl.load(w_cols + 8192 + kk[:, None], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-        if GEMV:
-            a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)
-            sqm = tl.dot(a, tl.trans(a), sqm)
-            acc_g = tl.dot(a.to(b0.dtype), b0, acc_g)
-            acc_u = tl.dot(a.to(b1.dtype), b1, acc_u)
-        else:
-            a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)
-            af = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0,
-                         eviction_policy="evict_last").to(tl.float32)
-            sq2 += af * af
-            acc_g = tl.dot(a.to(b0.dtype), b0, acc_g)
-            acc_u = tl.dot(a.to(b1.dtype), b1, acc_u)
-    if GEMV:
-        i = tl.arange(0, BLOCK_M)
-        sq = tl.sum(tl.where(i[:, None] == i[None, :], sqm, 0.0), axis=1)
-    else:
-        sq = tl.sum(sq2, axis=1)
-    scale = tl.rsqrt(sq / 64 + 1e-05)[:, None]
-    acc_g = acc_g * scale
-    acc_u = acc_u * scale
+        a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)
+        acc_g = tl.dot(a.to(b0.dtype), b0, acc_g)
+        acc_u = tl.dot(a.to(b1.dtype), b1, acc_u)
     o_ok = m_ok[:, None] & n_ok[None, :]
     o_rows = out_ptr + rm64[:, None] * so_t
     h = acc_g * tl.sigmoid(acc_g) * acc_u
