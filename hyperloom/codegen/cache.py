@@ -1,11 +1,16 @@
 """Generated Triton source -> a loaded kernel. Sources are written to the kernel cache directory
 under a name that hashes (source, Triton version, device capability), then imported, so Triton
-can read the source it compiles and a changed source never reuses a stale module."""
+can read the source it compiles and a changed source never reuses a stale module.
+
+Plan entries of the same spec (one per layer of a stack) differ only in their header comment and
+their plan name (`k08_hc_pre_l1_hc_attn_fn`); `load` strips both (the name keeps its kind and
+leaf: `hc_pre_hc_attn_fn`), so they share one module and Triton compiles each kernel once."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -30,8 +35,27 @@ def source_hash(source: str, device: torch.device | str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def load(source: str, name: str, device: torch.device | str) -> object:
-    """The `@triton.jit` function `name` defined by `source`."""
+_PLAN_NAME = re.compile(r"k\d+_(\w+?)_l\d+_(\w+)")
+
+
+def shared_name(entry_name: str) -> str:
+    """A plan entry's name without its position and layer (unchanged if not a plan name)."""
+    m = _PLAN_NAME.fullmatch(entry_name)
+    return f"{m[1]}_{m[2]}" if m else entry_name
+
+
+def canonical(source: str, base: str) -> str:
+    """`source` without its leading comment lines, the entry name `base` made layer-free."""
+    lines = source.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    return "".join(lines[start:]).replace(base, shared_name(base))
+
+
+def load(source: str, name: str, device: torch.device | str, base: str | None = None) -> object:
+    """The `@triton.jit` function `name` defined by `source`; `base` is the plan entry's name
+    when `name` is one of several kernels the entry's source defines (`{base}_rope_kv`)."""
+    base = base or name
+    source, name = canonical(source, base), name.replace(base, shared_name(base), 1)
     digest = source_hash(source, device)
     mod_name = f"hyperloom_k_{name}_{digest}"
     if mod_name in _LOADED:

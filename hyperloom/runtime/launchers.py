@@ -44,7 +44,7 @@ class Operands:
 def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
     node = entry.node
     spec, src = matmul_spec(node, o.types), o.source(entry)
-    kerns = tuple(load(src, n, device) for n in matmul.kernel_names(entry.name, spec))
+    kerns = tuple(load(src, n, device, entry.name) for n in matmul.kernel_names(entry.name, spec))
     x, w = o[node.args[0]], o[node.args[1]]
     out = o.groups.get(node.outs[0], o[node.outs[0]])
     extra = {}
@@ -83,7 +83,7 @@ def _embedding(entry: KernelEntry, o: Operands, device) -> Launch:
 def _attention(entry: KernelEntry, o: Operands, device) -> Launch:
     node, at = entry.node, entry.node.attrs
     spec, src = attention_spec(node, o.types), o.source(entry)
-    kerns = tuple(load(src, n, device) for n in attention.kernel_names(entry.name))
+    kerns = tuple(load(src, n, device, entry.name) for n in attention.kernel_names(entry.name))
     q, k, v, slot, pos = (o[a] for a in node.args)
     inv = rope_inv_freq(at.rope(), torch.float32).to(device)
     q_out = o.scratch.setdefault(("q", tuple(q.shape), q.dtype),

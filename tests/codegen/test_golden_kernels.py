@@ -51,3 +51,17 @@ def test_interpreter_form_differs_only_where_dots_are_upcast(interpret):
         src = compile_graph(hyperloom.build("llama", "tiny-hc").main, 64).sources
     gemm = next(s for n, s in src.items() if "q_k_v" in n)
     assert ("float32" in gemm) or not interpret
+
+
+def test_layers_of_a_stack_share_their_kernels():
+    """Entries of one spec in different layers load one module: Triton compiles each once."""
+    import hyperloom
+    from hyperloom.codegen.cache import canonical, shared_name
+    from hyperloom.codegen.compilation import compile_graph
+
+    comp = compile_graph(hyperloom.build("llama", "bench").main, 64)
+    shared: dict[str, set[str]] = {}
+    for name, src in comp.sources.items():
+        shared.setdefault(shared_name(name), set()).add(canonical(src, name))
+    assert all(len(v) == 1 for v in shared.values()), [k for k, v in shared.items() if len(v) > 1]
+    assert len(shared) <= len(comp.sources) // 3  # 4 layers: 7 per layer + embedding + head
