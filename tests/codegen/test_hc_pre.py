@@ -68,7 +68,7 @@ class Case:
             assert getattr(self, name)[self.rows:].isnan().all(), f"{name}: slack rows written"
 
 
-@pytest.mark.parametrize("n,d", [(4, 40), (2, 200)])
+@pytest.mark.parametrize("n,d", [(4, 300), (2, 200)])
 @pytest.mark.parametrize("rows", [1, 5, 33])
 @pytest.mark.parametrize("sms", [132, 1])  # 1: fewer splits than K blocks, several per split
 @pytest.mark.parametrize("out_eps", [None, 1e-5])  # the site norm folded in
