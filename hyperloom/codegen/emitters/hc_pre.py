@@ -1,18 +1,17 @@
 """mHC pre-site kernel: exactly `hyperloom.ir.semantics.hc.hc_pre`, in one launch.
 
 Inputs X fp32 [rows, n, D], fn [(2+n)*n, n*D] (bf16 or fp32), base fp32 [(2+n)*n], scale fp32 [3];
-outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), post fp32
-[rows, n], comb fp32 [rows, n, n].
+outputs y [rows, D] (fp32), post fp32 [rows, n], comb fp32 [rows, n, n].
 
-Grid (cdiv(rows, BLOCK_T), splits): split-K over D (every stream of a D range in one program), so
-a few rows still spread over the multiprocessors (decode: one row block, up to 32 splits) and many
-rows sweep X once. Each program writes to a scratch row [split, row] its partial projections m =
-X_flat @ fn^T (JP columns) and its partial Gram matrix G[a, b] = <X_a, X_b> (n*n columns): the
-stream norm is trace(G) and |y|^2 = pre^T G pre, so no pass over y is needed for either norm.
-It then takes a ticket from its row block's counter; the last program of the block sums the
-partials, forms the gates, runs every Sinkhorn iteration in registers, writes post, comb and y =
-sum_i pre[i] * X[i] (X is still in L2: row by row for a decode block's few live rows, in [rows,
-n, 128] tiles otherwise), and resets the counter for the next launch (CUDA-graph replays too).
+Grid (cdiv(rows, BLOCK_T), splits): split-K over the flat n*D axis, so a few rows still spread
+over every multiprocessor (decode: one row block, up to 128 splits) and many rows sweep X once.
+Each program streams its K range of X and fn, and writes the partial projections m = X_flat @
+fn^T and the partial sum of squares (column J) to a scratch row [split, row, JP]. It then takes a
+ticket from its row block's counter; the last program of the block sums the partials, forms the
+gates, runs every Sinkhorn iteration in registers, writes post and comb and y = sum_i pre[i] *
+X[i] (X is still in L2; row by row for a decode block's few live rows, in [rows, n, 128] tiles
+otherwise; with out_eps, y = rms(y) after a first pass for sum(y^2)), and resets the counter for
+the next launch (CUDA-graph replays too).
 """
 
 from __future__ import annotations
@@ -27,22 +26,20 @@ from hyperloom.config import CONFIG
 
 BLOCK_T = 16  # rows per program; tl.dot needs M >= 16
 SMS = 132  # H200 multiprocessors
-MAX_SPLITS = 32  # the finishing program sums one partial row per split
-FEW_ROWS = 4  # up to this many live rows, y is formed row by row
+MAX_SPLITS = 128
+FEW_ROWS = 4  # up to this many live rows in a block, y is formed row by row
 
+_INTERPRET_DOT = "        acc = tl.dot(x, tl.trans(w.to(tl.float32)), acc)"
 # The projections feed sigmoids and 20 Sinkhorn rounds, and plain tf32 would cost ~1e-3 relative.
 # bf16 weights are exact in bf16: X split as hi + lo bf16 parts gives ~2^-16 relative error from
-# two bf16 MMAs; fp32 weights and the Gram matrix take tf32x3. The interpreter computes in fp32.
-_INTERPRET_DOTS = """        acc = tl.dot(x2, tl.trans(w2.to(tl.float32)), acc)
-        gram = tl.dot(xf, tl.trans(xf), gram)"""
-_GPU_DOTS = """        wt = tl.trans(w2)
+# two bf16 MMAs; fp32 weights take tf32x3.
+_GPU_DOT = """        wt = tl.trans(w)
         if fn_ptr.dtype.element_ty == tl.bfloat16:
-            x_hi = x2.to(tl.bfloat16)
+            x_hi = x.to(tl.bfloat16)
             acc = tl.dot(x_hi, wt, acc)
-            acc = tl.dot((x2 - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
+            acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
         else:
-            acc = tl.dot(x2, wt.to(tl.float32), acc, input_precision="tf32x3")
-        gram = tl.dot(xf, tl.trans(xf), gram, input_precision="tf32x3")"""
+            acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")"""
 
 
 @dataclass(frozen=True)
@@ -62,58 +59,44 @@ def _comment(header: str) -> str:
 def _blocks(spec: HCPreSpec) -> dict[str, int]:
     d2 = triton.next_power_of_2(spec.d)
     j = (2 + spec.n) * spec.n  # projections: n pre, n post, n*n comb logits
-    np_ = triton.next_power_of_2(spec.n)
-    jp = max(16, triton.next_power_of_2(j))  # tl.dot needs N >= 16
+    # JP > J always (n(n+2) is never a power of two >= 16), so column J is free for sum(x^2)
     return {
-        "J": j, "NP": np_, "JP": jp,
-        "JQ": jp + np_ * np_,  # a partial row: JP projections, then the NP x NP Gram matrix
-        "BLOCK_K": max(16, min(32, d2)),  # D columns of every stream per step
-        "BLOCK_D": max(16, min(128, d2)),  # y columns per step of a many-row block
+        "J": j,
+        "NP": triton.next_power_of_2(spec.n),
+        "JP": max(16, triton.next_power_of_2(j + 1)),  # tl.dot needs N >= 16
+        "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_Y": max(16, min(1024, d2)),  # y columns per step of one row
+        "BLOCK_D": max(16, min(128, d2)),  # y columns per step of a many-row block
     }
 
 
-def _mix(spec: HCPreSpec) -> str:
-    """This split's partial projections and Gram matrix, stored to its scratch row."""
-    dots = _INTERPRET_DOTS if CONFIG.interpret else _GPU_DOTS
-    head, tail = runtime_loop("d0", "0", "d_split", "BLOCK_K", " " * 4)
-    return f'''    acc = tl.zeros((BLOCK_T, JP), tl.float32)
-    gram = tl.zeros((BLOCK_T * NP, BLOCK_T * NP), tl.float32)
-{head}        d = d_lo + d0 + kk  # d_split is a multiple of BLOCK_K
-        dmask = d < D
-        x = tl.load(x_ptr + t64[:, None, None] * sx_row + ii[None, :, None] * sx_stream
-                    + d[None, None, :], mask=tmask[:, None, None] & smask[None, :, None]
-                    & dmask[None, None, :], other=0.0).to(tl.float32)
-        w = tl.load(fn_ptr + j[:, None, None] * s_fn + ii[None, :, None] * D + d[None, None, :],
-                    mask=jmask[:, None, None] & smask[None, :, None] & dmask[None, None, :],
-                    other=0.0)
-        x2 = tl.reshape(x, (BLOCK_T, NP * BLOCK_K))
-        w2 = tl.reshape(w, (JP, NP * BLOCK_K))
-        xf = tl.reshape(x, (BLOCK_T * NP, BLOCK_K))
-{dots}
-{tail}    # the Gram matrix of row t is the (t, t) diagonal block of the stacked rows' products
-    g4 = tl.reshape(gram, (BLOCK_T, NP, BLOCK_T, NP))
-    eye = rr[:, None] == rr[None, :]
-    g = tl.sum(tl.where(eye[:, None, :, None], g4, 0.0), axis=2)  # [BLOCK_T, NP, NP]
-    prow = part_ptr + (tl.program_id(1) * rows_pad + t64) * JQ
-    tl.store(prow[:, None] + j[None, :], acc, mask=tmask[:, None])
-    tl.store(prow[:, None, None] + JP + ii[None, :, None] * NP + ii[None, None, :], g,
-             mask=tmask[:, None, None])
-'''
-
-
-def _gates() -> str:
-    """Summed partials -> stream norm, gates, Sinkhorn; post and comb stored."""
+def _finish(spec: HCPreSpec) -> str:
+    """The last program of a row block: partials -> gates -> Sinkhorn -> post, comb, y."""
     head, tail = runtime_loop("s", "0", "splits", "1", " " * 4)
+    rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
+    # with the site norm, a first pass for sum(y^2); the second reads X from cache
+    row_norm, blk_norm = "            inv = 1.0\n", "        inv = tl.full((BLOCK_T,), 1.0, tl.float32)\n"
+    if spec.out_eps is not None:
+        row_norm = """            sq = tl.zeros((BLOCK_Y,), tl.float32)
+            for d0 in range(0, D, BLOCK_Y):
+                d = d0 + dy
+                x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+                y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0)
+                sq += y * y
+            inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
+"""
+        blk_norm = """        sq = tl.zeros((BLOCK_T, BLOCK_D), tl.float32)
+        for d0 in range(0, D, BLOCK_D):
+            d = d0 + dd
+            x = tl.load(x_blk + d[None, None, :], mask=x_ok & (d < D)[None, None, :], other=0.0)
+            y = tl.sum(pre[:, :, None] * x.to(tl.float32), axis=1)
+            sq += y * y
+        inv = tl.rsqrt(tl.sum(sq, axis=1) / D + OUT_EPS)
+"""
     return f'''    acc = tl.zeros((BLOCK_T, JP), tl.float32)
-    g = tl.zeros((BLOCK_T, NP, NP), tl.float32)
-{head}        prow = part_ptr + (s * rows_pad + t64) * JQ
-        acc += tl.load(prow[:, None] + j[None, :], mask=tmask[:, None], other=0.0,
-                       cache_modifier=".cg")
-        g += tl.load(prow[:, None, None] + JP + ii[None, :, None] * NP + ii[None, None, :],
-                     mask=tmask[:, None, None], other=0.0, cache_modifier=".cg")
-{tail}    diag = ii[:, None] == ii[None, :]
-    ss = tl.sum(tl.sum(tl.where(diag[None], g, 0.0), axis=2), axis=1)  # trace: sum of x^2
+{head}        acc += tl.load(part_ptr + (s * rows_pad + t64)[:, None] * JP + j[None, :],
+                       mask=tmask[:, None], other=0.0, cache_modifier=".cg")
+{tail}    ss = tl.sum(tl.where(j[None, :] == J, acc, 0.0), axis=1)
     # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
     m = acc * tl.rsqrt(ss / (N * D) + NORM_EPS)[:, None]
 
@@ -129,6 +112,7 @@ def _gates() -> str:
              mask=tmask[:, None] & is_post[None, :])
 
     # register tensors cannot be sliced: pick columns out with one-hot masked sums
+    ii = tl.arange(0, NP)
     pre = tl.sum(tl.where(j[None, None, :] == ii[None, :, None], sig[:, None, :], 0.0), axis=2)
     pre = pre + HC_EPS  # [BLOCK_T, NP]; padded streams meet masked (zero) X below
     col = 2 * N + ii[:, None] * N + ii[None, :]  # [NP, NP] column of comb logit (a, b)
@@ -146,100 +130,99 @@ def _gates() -> str:
         c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
     tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
              + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None])
-'''
 
-
-def _collapse(spec: HCPreSpec) -> str:
-    """y = sum_i pre[i] * X[i], scaled by rms(y)'s inverse when the site norm is folded in."""
-    if spec.out_eps is None:
-        inv = "    inv = tl.full((BLOCK_T,), 1.0, tl.float32)\n"
-    else:  # |y|^2 = pre^T G pre
-        inv = ("    ysq = tl.sum(tl.sum(pre[:, :, None] * pre[:, None, :] * g, axis=2), axis=1)\n"
-               "    inv = tl.rsqrt(ysq / D + OUT_EPS)\n")
-    rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
-    return inv + f'''    n_live = tl.minimum(rows - tl.program_id(0) * BLOCK_T, BLOCK_T)
+    # y = sum_i pre[i] * X[i] (then rms(y) when the site norm is folded in)
+    rr = tl.arange(0, BLOCK_T)
+    n_live = tl.minimum(rows - tl.program_id(0) * BLOCK_T, BLOCK_T)
     if n_live <= FEW_ROWS:  # decode: the live rows one at a time, wide steps
         dy = tl.arange(0, BLOCK_Y)
-{rhead}            one = rr == r
-            pre_r = tl.sum(tl.where(one[:, None], pre, 0.0), axis=0) \\
-                * tl.sum(tl.where(one, inv, 0.0), axis=0)  # [NP]
+        smask = (ii < N)[:, None]
+{rhead}            pre_r = tl.sum(tl.where(rr[:, None] == r, pre, 0.0), axis=0)  # [NP]
             row = (tl.program_id(0) * BLOCK_T + r).to(tl.int64)
             x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
-            for d0 in range(0, D, BLOCK_Y):
+{row_norm}            for d0 in range(0, D, BLOCK_Y):
                 d = d0 + dy
-                x = tl.load(x_row + d[None, :], mask=smask[:, None] & (d < D)[None, :],
-                            other=0.0)
-                y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0)
+                x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+                y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0) * inv
                 tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
 {rtail}    else:  # the whole block in [BLOCK_T, NP, BLOCK_D] tiles
-        w_r = pre * inv[:, None]
         dd = tl.arange(0, BLOCK_D)
-        for d0 in range(0, D, BLOCK_D):
+        x_blk = x_ptr + t64[:, None, None] * sx_row + ii[None, :, None] * sx_stream
+        x_ok = tmask[:, None, None] & (ii < N)[None, :, None]
+{blk_norm}        for d0 in range(0, D, BLOCK_D):
             d = d0 + dd
-            x = tl.load(x_ptr + t64[:, None, None] * sx_row + ii[None, :, None] * sx_stream
-                        + d[None, None, :], mask=tmask[:, None, None] & smask[None, :, None]
-                        & (d < D)[None, None, :], other=0.0).to(tl.float32)
-            y = tl.sum(w_r[:, :, None] * x, axis=1)
+            x = tl.load(x_blk + d[None, None, :], mask=x_ok & (d < D)[None, None, :], other=0.0)
+            y = tl.sum(pre[:, :, None] * x.to(tl.float32), axis=1) * inv[:, None]
             tl.store(y_ptr + t64[:, None] * sy_row + d[None, :], y.to(y_ptr.dtype.element_ty),
                      mask=tmask[:, None] & (d < D)[None, :])
 '''
 
 
-def _indented(text: str) -> str:
-    return "".join("    " + line if line.strip() else line
-                   for line in text.splitlines(keepends=True))
-
-
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
     b = _blocks(spec)
+    dot = _INTERPRET_DOT if CONFIG.interpret else _GPU_DOT
+    head, tail = runtime_loop("k0", "0", "k_split", "BLOCK_K", " " * 4)
     out_eps = "" if spec.out_eps is None else f",\n        OUT_EPS: tl.constexpr = {spec.out_eps!r}"
+    finish = "".join("    " + line if line else line
+                     for line in _finish(spec).splitlines(keepends=True))
     return f'''{_comment(header)}import triton
 import triton.language as tl
 
 
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "d_split"])
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "k_split"])
 def {name}(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, count_ptr,
-        rows, rows_pad, splits, d_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row,
+        rows, rows_pad, splits, k_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row,
         scomb_i, N: tl.constexpr = {spec.n}, D: tl.constexpr = {spec.d},
         J: tl.constexpr = {b["J"]}, NP: tl.constexpr = {b["NP"]}, JP: tl.constexpr = {b["JP"]},
-        JQ: tl.constexpr = {b["JQ"]}, BLOCK_T: tl.constexpr = {BLOCK_T},
-        BLOCK_K: tl.constexpr = {b["BLOCK_K"]}, BLOCK_D: tl.constexpr = {b["BLOCK_D"]},
-        BLOCK_Y: tl.constexpr = {b["BLOCK_Y"]}, FEW_ROWS: tl.constexpr = {FEW_ROWS},
-        NORM_EPS: tl.constexpr = {spec.norm_eps!r}, HC_EPS: tl.constexpr = {spec.hc_eps!r},
-        ITERS: tl.constexpr = {spec.iters}{out_eps}):
-    rr = tl.arange(0, BLOCK_T)
-    t = tl.program_id(0) * BLOCK_T + rr
+        BLOCK_T: tl.constexpr = {BLOCK_T}, BLOCK_K: tl.constexpr = {b["BLOCK_K"]},
+        BLOCK_Y: tl.constexpr = {b["BLOCK_Y"]}, BLOCK_D: tl.constexpr = {b["BLOCK_D"]},
+        FEW_ROWS: tl.constexpr = {FEW_ROWS}, NORM_EPS: tl.constexpr = {spec.norm_eps!r},
+        HC_EPS: tl.constexpr = {spec.hc_eps!r}, ITERS: tl.constexpr = {spec.iters}{out_eps}):
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
     j = tl.arange(0, JP)
     jmask = j < J
-    ii = tl.arange(0, NP)
-    smask = ii < N
     kk = tl.arange(0, BLOCK_K)
-    d_lo = tl.program_id(1) * d_split
+    k_lo = tl.program_id(1) * k_split
 
-{_mix(spec)}
+    # this split's partial m = X_flat @ fn^T and sum(x^2)
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)
+    ss = tl.zeros((BLOCK_T,), tl.float32)
+{head}        k = k_lo + k0 + kk  # k_split is a multiple of BLOCK_K
+        kmask = k < N * D
+        i = k // D  # a block may straddle two streams when D % BLOCK_K != 0
+        x = tl.load(x_ptr + t64[:, None] * sx_row + (i * sx_stream + k - i * D)[None, :],
+                    mask=tmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
+        w = tl.load(fn_ptr + j[:, None] * s_fn + k[None, :], mask=jmask[:, None] & kmask[None, :],
+                    other=0.0)
+        ss += tl.sum(x * x, axis=1)
+{dot}
+{tail}    acc = tl.where(j[None, :] == J, ss[:, None], acc)
+    tl.store(part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP + j[None, :], acc,
+             mask=tmask[:, None])
+
     # every thread's partials are written before the ticket; the last ticket finishes the block
     tl.debug_barrier()
     ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
     if ticket == splits - 1:
         tl.debug_barrier()
         tl.store(count_ptr + tl.program_id(0), 0)
-{_indented(_gates() + _collapse(spec))}'''
+{finish}'''
 
 
 def splits(spec: HCPreSpec, rows: int) -> int:
-    """D splits: enough programs for ~4 per multiprocessor, at most MAX_SPLITS."""
-    d_blocks = triton.cdiv(spec.d, _blocks(spec)["BLOCK_K"])
-    return max(1, min(d_blocks, MAX_SPLITS, triton.cdiv(4 * SMS, triton.cdiv(rows, BLOCK_T))))
+    """K splits of the projection kernel: enough programs for ~4 per multiprocessor."""
+    k_blocks = triton.cdiv(spec.n * spec.d, _blocks(spec)["BLOCK_K"])
+    return max(1, min(k_blocks, MAX_SPLITS, triton.cdiv(4 * SMS, triton.cdiv(rows, BLOCK_T))))
 
 
 def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp32 partials, int32 zeroed ticket counters) for any launch of up to max_rows rows; the
     kernel leaves the counters zeroed, so one pair serves every site in turn."""
-    jq = _blocks(spec)["JQ"]
+    jp = _blocks(spec)["JP"]
     part = max(splits(spec, r) * triton.cdiv(r, BLOCK_T) * BLOCK_T
-               for r in range(1, max_rows + 1, BLOCK_T)) * jq
+               for r in range(1, max_rows + 1, BLOCK_T)) * jp
     return (torch.empty(part, dtype=torch.float32, device=device),
             torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
@@ -256,10 +239,10 @@ def launch(kernel, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: 
     b, nsplit = _blocks(spec), splits(spec, rows)
     row_blocks = triton.cdiv(rows, BLOCK_T)
     rows_pad = row_blocks * BLOCK_T
-    assert part.numel() >= nsplit * rows_pad * b["JQ"] and count.numel() >= row_blocks, \
+    assert part.numel() >= nsplit * rows_pad * b["JP"] and count.numel() >= row_blocks, \
         "hc_pre scratch too small"
-    d_split = triton.cdiv(triton.cdiv(spec.d, nsplit), b["BLOCK_K"]) * b["BLOCK_K"]
+    k_split = triton.cdiv(triton.cdiv(spec.n * spec.d, nsplit), b["BLOCK_K"]) * b["BLOCK_K"]
     kernel[(row_blocks, nsplit)](
-        x, fn, base, scale, y, post, comb, part, count, rows, rows_pad, nsplit, d_split,
+        x, fn, base, scale, y, post, comb, part, count, rows, rows_pad, nsplit, k_split,
         x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),
         comb.stride(1), num_warps=4)
