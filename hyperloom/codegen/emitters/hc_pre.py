@@ -75,7 +75,8 @@ def _finish(spec: HCPreSpec) -> str:
     head, tail = runtime_loop("s", "0", "splits", "1", " " * 4)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     # with the site norm, a first pass for sum(y^2); the second reads X from cache
-    row_norm, blk_norm = "            inv = 1.0\n", "        inv = tl.full((BLOCK_T,), 1.0, tl.float32)\n"
+    row_norm = "            inv = 1.0\n"
+    blk_norm = "        inv = tl.full((BLOCK_T,), 1.0, tl.float32)\n"
     if spec.out_eps is not None:
         row_norm = """            sq = tl.zeros((BLOCK_Y,), tl.float32)
             for d0 in range(0, D, BLOCK_Y):
