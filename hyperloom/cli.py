@@ -133,10 +133,10 @@ def _bench_scenarios(args: argparse.Namespace, bench, gpu: bool) -> list:
     if "decode" in wanted:
         ctxs = _sizes(args.ctx, "1024,8192", "12", gpu)
         runs += [partial(_bench_decode, args, bench, c, i == 0) for i, c in enumerate(ctxs)]
-    if "prefill" in wanted:
-        runs += [partial(bench.prefill, n) for n in _sizes(args.prefill_tokens, "2048", "24", gpu)]
     if "site" in wanted and bench.model.config.hc_mult > 1:
         runs += [partial(bench.site, n) for n in _sizes(args.site_rows, "1,4096", "1,16", gpu)]
+    if "prefill" in wanted:  # last: max-autotune's compile is the longest part of a run
+        runs += [partial(bench.prefill, n) for n in _sizes(args.prefill_tokens, "2048", "24", gpu)]
     return runs
 
 

@@ -9,9 +9,8 @@ Each program streams its K range of X and fn, and writes the partial projections
 fn^T and the partial sum of squares (column J) to a scratch row [split, row, JP]. It then takes a
 ticket from its row block's counter; the last program of the block sums the partials, forms the
 gates, runs every Sinkhorn iteration in registers, writes post and comb and y = sum_i pre[i] *
-X[i] (X is still in L2; row by row for a decode block's few live rows, in [rows, n, 128] tiles
-otherwise; with out_eps, y = rms(y) after a first pass for sum(y^2)), and resets the counter for
-the next launch (CUDA-graph replays too).
+X[i] row by row (X is still in L2; with out_eps, y = rms(y) in a second pass over the row), and
+resets the counter for the next launch (CUDA-graph replays too).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from hyperloom.config import CONFIG
 BLOCK_T = 16  # rows per program; tl.dot needs M >= 16
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
-FEW_ROWS = 4  # up to this many live rows in a block, y is formed row by row
 
 _INTERPRET_DOT = "        acc = tl.dot(x, tl.trans(w.to(tl.float32)), acc)"
 # The projections feed sigmoids and 20 Sinkhorn rounds, and plain tf32 would cost ~1e-3 relative.
@@ -66,33 +64,22 @@ def _blocks(spec: HCPreSpec) -> dict[str, int]:
         "JP": max(16, triton.next_power_of_2(j + 1)),  # tl.dot needs N >= 16
         "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_Y": max(16, min(1024, d2)),  # y columns per step of one row
-        "BLOCK_D": max(16, min(128, d2)),  # y columns per step of a many-row block
     }
 
 
 def _finish(spec: HCPreSpec) -> str:
     """The last program of a row block: partials -> gates -> Sinkhorn -> post, comb, y."""
     head, tail = runtime_loop("s", "0", "splits", "1", " " * 4)
-    rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
-    # with the site norm, a first pass for sum(y^2); the second reads X from cache
-    row_norm = "            inv = 1.0\n"
-    blk_norm = "        inv = tl.full((BLOCK_T,), 1.0, tl.float32)\n"
-    if spec.out_eps is not None:
-        row_norm = """            sq = tl.zeros((BLOCK_Y,), tl.float32)
-            for d0 in range(0, D, BLOCK_Y):
-                d = d0 + dy
-                x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
-                y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0)
-                sq += y * y
-            inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
-"""
-        blk_norm = """        sq = tl.zeros((BLOCK_T, BLOCK_D), tl.float32)
-        for d0 in range(0, D, BLOCK_D):
+    rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 4)
+    norm = "        inv = 1.0\n"
+    if spec.out_eps is not None:  # a first pass for sum(y^2); the second reads X from cache
+        norm = """        sq = tl.zeros((BLOCK_Y,), tl.float32)
+        for d0 in range(0, D, BLOCK_Y):
             d = d0 + dd
-            x = tl.load(x_blk + d[None, None, :], mask=x_ok & (d < D)[None, None, :], other=0.0)
-            y = tl.sum(pre[:, :, None] * x.to(tl.float32), axis=1)
+            x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+            y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0)
             sq += y * y
-        inv = tl.rsqrt(tl.sum(sq, axis=1) / D + OUT_EPS)
+        inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
 """
     return f'''    acc = tl.zeros((BLOCK_T, JP), tl.float32)
 {head}        acc += tl.load(part_ptr + (s * rows_pad + t64)[:, None] * JP + j[None, :],
@@ -132,31 +119,21 @@ def _finish(spec: HCPreSpec) -> str:
     tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
              + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None])
 
-    # y = sum_i pre[i] * X[i] (then rms(y) when the site norm is folded in)
+    # y = sum_i pre[i] * X[i] (then rms(y) when the site norm is folded in), row by row: a
+    # decode block has one live row of BLOCK_T
     rr = tl.arange(0, BLOCK_T)
+    dd = tl.arange(0, BLOCK_Y)
+    smask = (ii < N)[:, None]
     n_live = tl.minimum(rows - tl.program_id(0) * BLOCK_T, BLOCK_T)
-    if n_live <= FEW_ROWS:  # decode: the live rows one at a time, wide steps
-        dy = tl.arange(0, BLOCK_Y)
-        smask = (ii < N)[:, None]
-{rhead}            pre_r = tl.sum(tl.where(rr[:, None] == r, pre, 0.0), axis=0)  # [NP]
-            row = (tl.program_id(0) * BLOCK_T + r).to(tl.int64)
-            x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
-{row_norm}            for d0 in range(0, D, BLOCK_Y):
-                d = d0 + dy
-                x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
-                y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0) * inv
-                tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
-{rtail}    else:  # the whole block in [BLOCK_T, NP, BLOCK_D] tiles
-        dd = tl.arange(0, BLOCK_D)
-        x_blk = x_ptr + t64[:, None, None] * sx_row + ii[None, :, None] * sx_stream
-        x_ok = tmask[:, None, None] & (ii < N)[None, :, None]
-{blk_norm}        for d0 in range(0, D, BLOCK_D):
+{rhead}        pre_r = tl.sum(tl.where(rr[:, None] == r, pre, 0.0), axis=0)  # [NP]
+        row = (tl.program_id(0) * BLOCK_T + r).to(tl.int64)
+        x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
+{norm}        for d0 in range(0, D, BLOCK_Y):
             d = d0 + dd
-            x = tl.load(x_blk + d[None, None, :], mask=x_ok & (d < D)[None, None, :], other=0.0)
-            y = tl.sum(pre[:, :, None] * x.to(tl.float32), axis=1) * inv[:, None]
-            tl.store(y_ptr + t64[:, None] * sy_row + d[None, :], y.to(y_ptr.dtype.element_ty),
-                     mask=tmask[:, None] & (d < D)[None, :])
-'''
+            x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+            y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0) * inv
+            tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
+{rtail}'''
 
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
@@ -176,8 +153,7 @@ def {name}(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_p
         scomb_i, N: tl.constexpr = {spec.n}, D: tl.constexpr = {spec.d},
         J: tl.constexpr = {b["J"]}, NP: tl.constexpr = {b["NP"]}, JP: tl.constexpr = {b["JP"]},
         BLOCK_T: tl.constexpr = {BLOCK_T}, BLOCK_K: tl.constexpr = {b["BLOCK_K"]},
-        BLOCK_Y: tl.constexpr = {b["BLOCK_Y"]}, BLOCK_D: tl.constexpr = {b["BLOCK_D"]},
-        FEW_ROWS: tl.constexpr = {FEW_ROWS}, NORM_EPS: tl.constexpr = {spec.norm_eps!r},
+        BLOCK_Y: tl.constexpr = {b["BLOCK_Y"]}, NORM_EPS: tl.constexpr = {spec.norm_eps!r},
         HC_EPS: tl.constexpr = {spec.hc_eps!r}, ITERS: tl.constexpr = {spec.iters}{out_eps}):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows

@@ -18,8 +18,7 @@ def k01_hc_pre_l0_hc_attn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr
         scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64,
         J: tl.constexpr = 24, NP: tl.constexpr = 4, JP: tl.constexpr = 32,
         BLOCK_T: tl.constexpr = 16, BLOCK_K: tl.constexpr = 64,
-        BLOCK_Y: tl.constexpr = 64, BLOCK_D: tl.constexpr = 64,
-        FEW_ROWS: tl.constexpr = 4, NORM_EPS: tl.constexpr = 1e-05,
+        BLOCK_Y: tl.constexpr = 64, NORM_EPS: tl.constexpr = 1e-05,
         HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -98,42 +97,25 @@ def k01_hc_pre_l0_hc_attn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr
         tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
                  + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None])
     
-        # y = sum_i pre[i] * X[i] (then rms(y) when the site norm is folded in)
+        # y = sum_i pre[i] * X[i] (then rms(y) when the site norm is folded in), row by row: a
+        # decode block has one live row of BLOCK_T
         rr = tl.arange(0, BLOCK_T)
+        dd = tl.arange(0, BLOCK_Y)
+        smask = (ii < N)[:, None]
         n_live = tl.minimum(rows - tl.program_id(0) * BLOCK_T, BLOCK_T)
-        if n_live <= FEW_ROWS:  # decode: the live rows one at a time, wide steps
-            dy = tl.arange(0, BLOCK_Y)
-            smask = (ii < N)[:, None]
-            for r in range(0, n_live, 1):
-                pre_r = tl.sum(tl.where(rr[:, None] == r, pre, 0.0), axis=0)  # [NP]
-                row = (tl.program_id(0) * BLOCK_T + r).to(tl.int64)
-                x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
-                sq = tl.zeros((BLOCK_Y,), tl.float32)
-                for d0 in range(0, D, BLOCK_Y):
-                    d = d0 + dy
-                    x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
-                    y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0)
-                    sq += y * y
-                inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
-                for d0 in range(0, D, BLOCK_Y):
-                    d = d0 + dy
-                    x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
-                    y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0) * inv
-                    tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
-        else:  # the whole block in [BLOCK_T, NP, BLOCK_D] tiles
-            dd = tl.arange(0, BLOCK_D)
-            x_blk = x_ptr + t64[:, None, None] * sx_row + ii[None, :, None] * sx_stream
-            x_ok = tmask[:, None, None] & (ii < N)[None, :, None]
-            sq = tl.zeros((BLOCK_T, BLOCK_D), tl.float32)
-            for d0 in range(0, D, BLOCK_D):
+        for r in range(0, n_live, 1):
+            pre_r = tl.sum(tl.where(rr[:, None] == r, pre, 0.0), axis=0)  # [NP]
+            row = (tl.program_id(0) * BLOCK_T + r).to(tl.int64)
+            x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
+            sq = tl.zeros((BLOCK_Y,), tl.float32)
+            for d0 in range(0, D, BLOCK_Y):
                 d = d0 + dd
-                x = tl.load(x_blk + d[None, None, :], mask=x_ok & (d < D)[None, None, :], other=0.0)
-                y = tl.sum(pre[:, :, None] * x.to(tl.float32), axis=1)
+                x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+                y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0)
                 sq += y * y
-            inv = tl.rsqrt(tl.sum(sq, axis=1) / D + OUT_EPS)
-            for d0 in range(0, D, BLOCK_D):
+            inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
+            for d0 in range(0, D, BLOCK_Y):
                 d = d0 + dd
-                x = tl.load(x_blk + d[None, None, :], mask=x_ok & (d < D)[None, None, :], other=0.0)
-                y = tl.sum(pre[:, :, None] * x.to(tl.float32), axis=1) * inv[:, None]
-                tl.store(y_ptr + t64[:, None] * sy_row + d[None, :], y.to(y_ptr.dtype.element_ty),
-                         mask=tmask[:, None] & (d < D)[None, :])
+                x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+                y = tl.sum(pre_r[:, None] * x.to(tl.float32), axis=0) * inv
+                tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
