@@ -1,6 +1,6 @@
 """Benchmark output: the table, the JSON record (with the GPU, commit and versions) and the bar
-chart (matplotlib, only if it is installed: `pip install matplotlib`). The commit comes from git,
-or, in a copy without .git, from the environment variable HYPERLOOM_COMMIT."""
+chart (matplotlib, only if it is installed: `pip install matplotlib`). The commit comes from the
+environment variable HYPERLOOM_COMMIT when set (a copy run on another machine), else from git."""
 
 from __future__ import annotations
 
@@ -31,13 +31,15 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> dict:
-    """{"commit", "commit_dirty"}: git's HEAD and whether the tree differs from it, else
-    $HYPERLOOM_COMMIT (dirtiness unknown: None), else "unknown"."""
-    head = (_git("rev-parse", "--short", "HEAD") or "").strip()
+    """{"commit", "commit_dirty"}: $HYPERLOOM_COMMIT when set (a copy of the tree run elsewhere,
+    which may sit inside some other checkout: dirtiness unknown, None), else git's HEAD and
+    whether the tree differs from it, else "unknown"."""
+    given = os.environ.get("HYPERLOOM_COMMIT")
+    head = None if given else (_git("rev-parse", "--short", "HEAD") or "").strip()
     if head:
         status = _git("status", "--porcelain")
         return {"commit": head, "commit_dirty": None if status is None else bool(status.strip())}
-    return {"commit": os.environ.get("HYPERLOOM_COMMIT") or "unknown", "commit_dirty": None}
+    return {"commit": given or "unknown", "commit_dirty": None}
 
 
 def meta(device: torch.device, limits: Limits, what: str) -> dict:
@@ -139,9 +141,12 @@ def plot(rec: dict, path: Path) -> bool:
     for ax, r in zip(axes[0], results):
         rate = m["hbm_bytes_per_s"] if r["unit"] == "bytes" else m["matmul_flop_per_s"]
         bars = {"ours": r["ours_s"], **r["baselines_s"], "limit": r["work"] / rate}
-        ax.bar(list(bars), [v * 1e3 for v in bars.values()])
+        names = [k.removesuffix("-no-cudagraphs") for k in bars]
+        ax.bar(names, [v * 1e3 for v in bars.values()],
+               color=["C2"] + ["C0"] * (len(bars) - 2) + ["C7"])
+        ax.set_yscale("log")  # eager is often 10-30x the others
         ax.set_title(r["scenario"])
-        ax.set_ylabel("ms")
+        ax.set_ylabel("ms (log)")
         ax.tick_params(axis="x", rotation=45)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -186,14 +186,17 @@ def _git(*args: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_commit_comes_from_git_first(monkeypatch):
+def test_commit_comes_from_git_without_the_variable(monkeypatch):
     try:
         head = _git("rev-parse", "--short", "HEAD")
     except subprocess.CalledProcessError:
         pytest.skip("not run from a git checkout")
-    monkeypatch.setenv("HYPERLOOM_COMMIT", "from-the-environment")
+    monkeypatch.delenv("HYPERLOOM_COMMIT", raising=False)
     m = _meta()
     assert m["commit"] == head and m["commit_dirty"] is bool(_git("status", "--porcelain"))
+    # a copy run elsewhere may sit inside another checkout: the variable names the real commit
+    monkeypatch.setenv("HYPERLOOM_COMMIT", "from-the-environment")
+    assert (_meta()["commit"], _meta()["commit_dirty"]) == ("from-the-environment", None)
 
 
 def test_commit_falls_back_to_the_environment(monkeypatch, tmp_path):
