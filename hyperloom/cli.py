@@ -109,17 +109,19 @@ def cmd_bench(args: argparse.Namespace) -> None:
                                                      if args.layers else "")
     info = report.meta(device, limits, what)
     print(report.header({"meta": info}), end="", flush=True)
-    results = []
-    for scenario in _bench_scenarios(args, bench, gpu):
-        results.append(scenario())  # each row (and the JSON so far) as soon as it is measured
-        rec = report.record(results, limits, info)
-        print(report.rows(rec["results"][-1]), end="", flush=True)
+
+    def save(rec: dict) -> None:  # the run so far, rewritten as each scenario ends
         if args.json:
             report.write_json(rec, Path(args.json))
-    rec = report.record(results, limits, info)
+
+    results, rec = [], report.record([], limits, info)
+    save(rec)
+    for scenario in _bench_scenarios(args, bench, gpu):
+        results.append(scenario())
+        rec = report.record(results, limits, info)
+        print(report.rows(rec["results"][-1]), end="", flush=True)
+        save(rec)
     print("\n" + report.table(rec), end="")
-    if args.json:
-        report.write_json(rec, Path(args.json))
     if args.plot and not report.plot(rec, Path(args.plot)):
         print("no plot: matplotlib is not installed (pip install matplotlib)")
 

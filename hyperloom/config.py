@@ -34,6 +34,9 @@ class Config:
     interpret: bool = field(default_factory=lambda: _env("TRITON_INTERPRET", "0") == "1",
                             metadata={"help": "Triton runs in its CPU interpreter (TRITON_INTERPRET"
                                       "=1, the default without CUDA); dot operands upcast to fp32"})
+    bench_commit: str = field(default_factory=lambda: _env("HYPERLOOM_COMMIT", ""),
+                              metadata={"help": "the commit a bench record names (a copy run "
+                                        "on another machine); empty: ask git"})
     max_random_bytes: int = field(default=8 << 30,
                                   metadata={"help": "refuse larger seeded random weights"})
 

@@ -5,7 +5,6 @@ environment variable HYPERLOOM_COMMIT when set (a copy run on another machine), 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
 from pathlib import Path
@@ -15,6 +14,7 @@ import triton
 
 from hyperloom.bench.measure import Limits
 from hyperloom.bench.scenarios import Result
+from hyperloom.config import CONFIG
 
 
 CHECKOUT = Path(__file__).parent  # where git looks for the commit
@@ -31,10 +31,10 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> dict:
-    """{"commit", "commit_dirty"}: $HYPERLOOM_COMMIT when set (a copy of the tree run elsewhere,
-    which may sit inside some other checkout: dirtiness unknown, None), else git's HEAD and
-    whether the tree differs from it, else "unknown"."""
-    given = os.environ.get("HYPERLOOM_COMMIT")
+    """{"commit", "commit_dirty"}: CONFIG.bench_commit ($HYPERLOOM_COMMIT) when set (a copy of
+    the tree run elsewhere, which may sit inside some other checkout: dirtiness unknown, None),
+    else git's HEAD and whether the tree differs from it, else "unknown"."""
+    given = CONFIG.bench_commit
     head = None if given else (_git("rev-parse", "--short", "HEAD") or "").strip()
     if head:
         status = _git("status", "--porcelain")
@@ -119,7 +119,7 @@ def write_json(rec: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(rec, indent=2))
-    os.replace(tmp, path)
+    tmp.replace(path)
 
 
 def read_json(path: Path) -> dict:

@@ -4,9 +4,9 @@ LM head's prologue, and move an mHC site's (weightless, once folded) norm into h
 
 from __future__ import annotations
 
-from hyperloom.ir.graph import Derived, Graph, Node
 import dataclasses
 
+from hyperloom.ir.graph import Derived, Graph, Node
 from hyperloom.ir.ops import NormLinearAttrs, Op
 from hyperloom.passes.rewrite import PassResult, make_node, producers, rebuild, sole_user
 
@@ -122,8 +122,10 @@ _NORMED = (Op.NORM_LINEAR, Op.SWIGLU_LINEAR)  # projections that may carry the n
 def _site_norm_refusal(graph: Graph, node: Node, us: list[Node], types: dict) -> str | None:
     """Why hc_pre's y cannot take its consumers' norm (None: it can)."""
     y = node.outs[0]
-    if not us or any(v == y for _, v in graph.outputs):
-        return f"cannot move the site norm into {node.outs[0]} hc_pre: y is a graph output"
+    if not us:
+        return f"cannot move the site norm into {y} hc_pre: y has no readers"
+    if any(v == y for _, v in graph.outputs):
+        return f"cannot move the site norm into {y} hc_pre: y is a graph output"
     epss = {u.attrs.eps if u.op in _NORMED and u.args[0] == y and u.args.count(y) == 1
             else None for u in us}
     if None in epss or len(epss) != 1:
@@ -137,8 +139,10 @@ def _site_norm_refusal(graph: Graph, node: Node, us: list[Node], types: dict) ->
 def fuse_site_norm(graph: Graph) -> PassResult:
     """hc_pre's y read only by normed projections: hc_pre writes rms(y) in the weights' dtype
     and the projections lose their norm prologue (one sum-of-squares where y is made, half the
-    bytes read by every projection, and plain GEMM mainloops)."""
+    bytes read by every projection, and plain GEMM mainloops). The rmsnorm moves, in the nodes'
+    origins too, from the projections to hc_pre."""
     users, types = graph.users(), graph.value_types()
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
     replace, declined = {}, []
     for i, node in enumerate(graph.nodes):
         if node.op is not Op.HC_PRE:
@@ -149,24 +153,20 @@ def fuse_site_norm(graph: Graph) -> PassResult:
             declined.append(why)
             continue
         eps, dt = us[0].attrs.eps, types[us[0].args[1]].dtype.value
-        attrs = dataclasses.replace(node.attrs, out_eps=eps, out_dtype=dt)
         norms = tuple(o for u in us for o in u.sources if o.endswith(" rmsnorm"))
-        new = make_node(graph, node.outs, Op.HC_PRE, node.args, attrs, [node])
-        replace[i] = dataclasses.replace(new, origin=tuple(dict.fromkeys(node.sources + norms)))
-    graph = rebuild(graph, replace, set())
-    return _drop_norms(graph, {n.outs[0] for n in replace.values()}), tuple(declined)
+        replace[i] = _with(graph, node, dataclasses.replace(node.attrs, out_eps=eps,
+                                                              out_dtype=dt),
+                           tuple(dict.fromkeys(node.sources + norms)))
+        for u in us:
+            replace[index[id(u)]] = _with(graph, u, dataclasses.replace(u.attrs, eps=None),
+                                          tuple(o for o in u.sources if o not in norms))
+    return rebuild(graph, replace, set()), tuple(declined)
 
 
-def _drop_norms(graph: Graph, normed: set[str]) -> Graph:
-    """The projections reading an already normed y, without their norm prologue."""
-    replace = {}
-    for i, u in enumerate(graph.nodes):
-        if u.op in _NORMED and u.args[0] in normed:
-            attrs = dataclasses.replace(u.attrs, eps=None)
-            new = make_node(graph, u.outs, u.op, u.args, attrs, [u])
-            origin = tuple(o for o in u.sources if not o.endswith(" rmsnorm"))
-            replace[i] = dataclasses.replace(new, origin=origin)
-    return rebuild(graph, replace, set())
+def _with(graph: Graph, node: Node, attrs, origin: tuple[str, ...]) -> Node:
+    """`node` with new attrs (its types inferred again) and the given origin."""
+    new = make_node(graph, node.outs, node.op, node.args, attrs, [node])
+    return dataclasses.replace(new, origin=origin)
 
 
 __all__ = ["fold_norm_into_linear", "fuse_head_mean", "fuse_site_norm", "merge_sibling_linears",

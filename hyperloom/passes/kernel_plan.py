@@ -35,15 +35,7 @@ class KernelEntry:
     emitter: str
     node: Node
     bindings: tuple[str, ...]  # operand -> where it lives
-
-    @property
-    def launches(self) -> int:
-        # the LM head's mean_rmsnorm prologue (hc_head_mean folded in) is a norm kernel first
-        if self.emitter == "matmul" and self.node.op is Op.NORM_LINEAR \
-                and self.node.attrs.eps is not None \
-                and any(s.endswith(" hc_head_mean") for s in self.node.sources):
-            return 2
-        return LAUNCHES.get(self.emitter, 1)
+    launches: int = 1  # kernel launches per step
 
     def line(self) -> str:
         return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
@@ -90,13 +82,22 @@ def _where(value: str, arena: ArenaPlan) -> str:
     return f"{value} -> row input"
 
 
+def _launches(node: Node, emitter: str, types: dict) -> int:
+    """A normed projection of the [T, n, K] streams (the LM head after hc_head_mean) runs a
+    stream-mean norm kernel before its GEMM; attention runs RoPE + KV write, then attend."""
+    if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
+            and types[node.args[0]].rank == 3:
+        return 2
+    return LAUNCHES.get(emitter, 1)
+
+
 def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
-    kernels = []
+    kernels, types = [], graph.value_types()
     for i, node in enumerate(graph.nodes):
         emitter = EMITTER_OF.get(node.op, INTERPRETER)
         name = f"k{i:02d}_{node.op.value}_{_tag(node)}"
         binds = tuple(_where(a, arena) for a in node.args + node.outs)
         if node.state:
             binds += (f"${node.state}.* -> state pool",)
-        kernels.append(KernelEntry(name, emitter, node, binds))
+        kernels.append(KernelEntry(name, emitter, node, binds, _launches(node, emitter, types)))
     return KernelPlan(graph.name, tuple(kernels))

@@ -191,18 +191,18 @@ def test_commit_comes_from_git_without_the_variable(monkeypatch):
         head = _git("rev-parse", "--short", "HEAD")
     except subprocess.CalledProcessError:
         pytest.skip("not run from a git checkout")
-    monkeypatch.delenv("HYPERLOOM_COMMIT", raising=False)
+    monkeypatch.setattr(CONFIG, "bench_commit", "")  # as without $HYPERLOOM_COMMIT
     m = _meta()
     assert m["commit"] == head and m["commit_dirty"] is bool(_git("status", "--porcelain"))
     # a copy run elsewhere may sit inside another checkout: the variable names the real commit
-    monkeypatch.setenv("HYPERLOOM_COMMIT", "from-the-environment")
+    monkeypatch.setattr(CONFIG, "bench_commit", "from-the-environment")
     assert (_meta()["commit"], _meta()["commit_dirty"]) == ("from-the-environment", None)
 
 
 def test_commit_falls_back_to_the_environment(monkeypatch, tmp_path):
     monkeypatch.setattr(report, "CHECKOUT", tmp_path)  # a copy without .git
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    monkeypatch.setenv("HYPERLOOM_COMMIT", "abc1234")
+    monkeypatch.setattr(CONFIG, "bench_commit", "abc1234")
     assert (_meta()["commit"], _meta()["commit_dirty"]) == ("abc1234", None)
 
     def no_git(*a, **kw):
@@ -210,7 +210,7 @@ def test_commit_falls_back_to_the_environment(monkeypatch, tmp_path):
 
     monkeypatch.setattr(report.subprocess, "run", no_git)  # no git at all
     assert _meta()["commit"] == "abc1234"
-    monkeypatch.delenv("HYPERLOOM_COMMIT")
+    monkeypatch.setattr(CONFIG, "bench_commit", "")
     assert _meta()["commit"] == "unknown"
 
 

@@ -1,7 +1,8 @@
 """mHC pre-site kernel: exactly `hyperloom.ir.semantics.hc.hc_pre`, in one launch.
 
 Inputs X fp32 [rows, n, D], fn [(2+n)*n, n*D] (bf16 or fp32), base fp32 [(2+n)*n], scale fp32 [3];
-outputs y [rows, D] (fp32), post fp32 [rows, n], comb fp32 [rows, n, n].
+outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), post fp32
+[rows, n], comb fp32 [rows, n, n].
 
 Grid (cdiv(rows, BLOCK_T), splits): split-K over the flat n*D axis, so a few rows still spread
 over every multiprocessor (decode: one row block, up to 128 splits) and many rows sweep X once.
@@ -57,11 +58,10 @@ def _comment(header: str) -> str:
 def _blocks(spec: HCPreSpec) -> dict[str, int]:
     d2 = triton.next_power_of_2(spec.d)
     j = (2 + spec.n) * spec.n  # projections: n pre, n post, n*n comb logits
-    # JP > J always (n(n+2) is never a power of two >= 16), so column J is free for sum(x^2)
     return {
         "J": j,
         "NP": triton.next_power_of_2(spec.n),
-        "JP": max(16, triton.next_power_of_2(j + 1)),  # tl.dot needs N >= 16
+        "JP": max(16, triton.next_power_of_2(j + 1)),  # column J holds sum(x^2); tl.dot N >= 16
         "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_Y": max(16, min(1024, d2)),  # y columns per step of one row
     }
