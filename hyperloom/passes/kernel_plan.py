@@ -19,11 +19,12 @@ EMITTER_OF: dict[Op, str] = {
     Op.HC_PRE: "hc_pre", Op.ROPE_ATTENTION: "attention",
 }
 INTERPRETER = "interpreter"
-LAUNCHES = {"attention": 2}
+NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
+LAUNCHES = {"attention": (2, 2), "hc_pre": (1, 2)}  # (narrow step, wide step)
 GRIDS = {
     "embedding": "(R,)",
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
-    "hc_pre": "(cdiv(R, BT), splits)",
+    "hc_pre": "(cdiv(R, BT), splits) [; finish (R,)]",
     "attention": "rope_kv (R,) ; attend (R, kv_heads)",
     INTERPRETER: "host",
 }
@@ -35,7 +36,8 @@ class KernelEntry:
     emitter: str
     node: Node
     bindings: tuple[str, ...]  # operand -> where it lives
-    launches: int = 1  # kernel launches per step
+    launches: int = 1  # kernel launches of a narrow step
+    wide_launches: int = 1  # and of a wider one (prefill)
 
     def line(self) -> str:
         return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
@@ -51,9 +53,14 @@ class KernelPlan:
     def fallbacks(self) -> tuple[KernelEntry, ...]:
         return tuple(k for k in self.kernels if k.emitter == INTERPRETER)
 
+    def launches(self, rows: int) -> int:
+        """Kernel launches of a step of `rows` rows."""
+        wide = rows > NARROW_ROWS
+        return sum(k.wide_launches if wide else k.launches for k in self.kernels)
+
     def text(self, detail: bool = False) -> str:
-        n = sum(k.launches for k in self.kernels)
-        lines = [f"kernel plan of {self.graph}: {len(self.kernels)} entries, {n} launches, "
+        lines = [f"kernel plan of {self.graph}: {len(self.kernels)} entries, {self.launches(1)} "
+                 f"launches ({self.launches(NARROW_ROWS + 1)} in a wider step), "
                  f"{len(self.fallbacks)} on the interpreter"]
         for k in self.kernels:
             lines.append(k.line())
@@ -82,13 +89,14 @@ def _where(value: str, arena: ArenaPlan) -> str:
     return f"{value} -> row input"
 
 
-def _launches(node: Node, emitter: str, types: dict) -> int:
-    """A normed projection of the [T, n, K] streams (the LM head after hc_head_mean) runs a
-    stream-mean norm kernel before its GEMM; attention runs RoPE + KV write, then attend."""
+def _launches(node: Node, emitter: str, types: dict) -> tuple[int, int]:
+    """(narrow, wide) step launches. A normed projection of the [T, n, K] streams (the LM head
+    after hc_head_mean) runs a stream-mean norm kernel before its GEMM; attention runs RoPE + KV
+    write, then attend; hc_pre finishes a wide step's rows in a second kernel."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
-        return 2
-    return LAUNCHES.get(emitter, 1)
+        return 2, 2
+    return LAUNCHES.get(emitter, (1, 1))
 
 
 def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
@@ -99,5 +107,5 @@ def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
         binds = tuple(_where(a, arena) for a in node.args + node.outs)
         if node.state:
             binds += (f"${node.state}.* -> state pool",)
-        kernels.append(KernelEntry(name, emitter, node, binds, _launches(node, emitter, types)))
+        kernels.append(KernelEntry(name, emitter, node, binds, *_launches(node, emitter, types)))
     return KernelPlan(graph.name, tuple(kernels))

@@ -1,8 +1,9 @@
 """The mHC pre-site emitter against semantics.hc.hc_pre (fp64): n = 4 and n = 2, 20 Sinkhorn
 iterations, widths that are not powers of two (one and several K blocks per stream), 1 to 33 rows
-(one and three row blocks), with and without the folded site norm, row-strided X and y, rows
-past `rows` untouched. CPU: Triton's
-interpreter in fp32; GPU (`gpu` mark): bf16 fn at D = 4096 on the H200, relative error."""
+(the one-launch kernel and the projection + finish pair; one and three row blocks), with and
+without the folded site norm, rows in one or several chunks, row-strided X and y, rows past `rows`
+untouched. CPU: Triton's interpreter in fp32; GPU (`gpu` mark): bf16 fn at D = 4096 and 6144 on
+the H200, relative error."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
-from hyperloom.codegen.emitters.hc_pre import HCPreSpec, launch, scratch, source
+from hyperloom.codegen.emitters.hc_pre import HCPreSpec, kernel_names, launch, scratch, source
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, hc
 from tests.tolerances import assert_close, assert_rel
 
 SLACK = 3  # rows allocated past `rows`: the kernel must leave them untouched
 PAD = 12  # extra columns of the wider buffers that strided views are cut from
+FUSED = (1, 3)  # row counts run through the one-launch kernel; the others take two launches
 
 
 class Case:
@@ -47,13 +49,14 @@ class Case:
         return t if self.strided else t.contiguous()
 
     def run(self) -> None:
-        kernel = load(source("hc_pre", self.spec, header="test"), "hc_pre", self.device)
+        src = source("hc_pre", self.spec, header="test")
+        kernels = tuple(load(src, n, self.device) for n in kernel_names("hc_pre"))
         part, count = scratch(self.spec, self.rows, self.device)
-        part.fill_(float("nan"))  # every partial the kernel reads, it wrote
+        part.fill_(float("nan"))  # every partial a finish reads, a projection wrote
         for _ in range(2):  # the counters are left zeroed: a second launch is the same
-            launch(kernel, self.spec, x=self.x, fn=self.fn, base=self.base, scale=self.scale,
+            launch(kernels, self.spec, x=self.x, fn=self.fn, base=self.base, scale=self.scale,
                    y=self.y, post=self.post, comb=self.comb, part=part, count=count,
-                   rows=self.rows)
+                   rows=self.rows, fused=self.rows in FUSED)
         assert not count.any(), "ticket counters not reset"
 
     def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -69,7 +72,7 @@ class Case:
 
 
 @pytest.mark.parametrize("n,d", [(4, 300), (2, 200)])
-@pytest.mark.parametrize("rows", [1, 5, 33])
+@pytest.mark.parametrize("rows", [1, 3, 5, 33])
 @pytest.mark.parametrize("sms", [132, 1])  # 1: fewer splits than K blocks, several per split
 @pytest.mark.parametrize("out_eps", [None, 1e-5])  # the site norm folded in
 def test_hc_pre(n: int, d: int, rows: int, sms: int, out_eps, monkeypatch) -> None:
@@ -86,11 +89,25 @@ def test_hc_pre(n: int, d: int, rows: int, sms: int, out_eps, monkeypatch) -> No
     assert_close(case.comb[:rows].sum(-2), torch.ones(rows, n), torch.float32, "column sums")
 
 
+@pytest.mark.parametrize("out_eps", [None, 1e-5])
+def test_hc_pre_row_in_chunks(out_eps, monkeypatch) -> None:
+    """Rows of several finish chunks (the bench widths are one or two)."""
+    monkeypatch.setattr(hc_pre_emitter, "ROW_TILE", 256)
+    spec = HCPreSpec(n=4, d=300, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
+    case = Case(spec, 5, "cpu", torch.float32, strided=True, seed=7)
+    case.run()
+    y, post, comb = case.reference(torch.float64)
+    assert_close(case.y[:5], y, torch.float32, "y")
+    assert_close(case.comb[:5], comb, torch.float32, "comb")
+    case.untouched()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 7, 300, 2048])
 @pytest.mark.parametrize("out_eps", [None, 1e-5])
-def test_hc_pre_gpu(rows: int, out_eps) -> None:
-    spec = HCPreSpec(n=4, d=4096, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
+@pytest.mark.parametrize("d", [4096, 6144])  # 6144: the finish walks the row in two chunks
+def test_hc_pre_gpu(rows: int, out_eps, d: int) -> None:
+    spec = HCPreSpec(n=4, d=d, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
     case = Case(spec, rows, "cuda", torch.bfloat16, strided=True, seed=rows)
     case.run()
     y, post, comb = case.reference(torch.float32)
