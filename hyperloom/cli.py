@@ -133,8 +133,9 @@ def _bench_scenarios(args: argparse.Namespace, bench, gpu: bool) -> list:
     wanted = [x.strip() for x in args.scenarios.split(",")]
     runs = []
     if "decode" in wanted:
-        ctxs = _sizes(args.ctx, "1024,8192", "12", gpu)
-        runs += [partial(_bench_decode, args, bench, c, i == 0) for i, c in enumerate(ctxs)]
+        shapes = _decode_shapes(args.ctx or (DECODE_GPU if gpu else DECODE_CPU))
+        runs += [partial(_bench_decode, args, bench, c, b, i == 0)
+                 for i, (b, c) in enumerate(shapes)]
     if "site" in wanted and bench.model.config.hc_mult > 1:
         runs += [partial(bench.site, n) for n in _sizes(args.site_rows, "1,4096", "1,16", gpu)]
     if "prefill" in wanted:  # last: max-autotune's compile is the longest part of a run
@@ -142,17 +143,40 @@ def _bench_scenarios(args: argparse.Namespace, bench, gpu: bool) -> list:
     return runs
 
 
-def _bench_decode(args: argparse.Namespace, bench, ctx: int, first: bool):
+# decode scenarios, BATCHxCTX (a bare CTX: batch 1); CPU: the interpreter's few rows. The
+# largest KV caches (--config bench: 4 layers of 8 x 128 bf16 K and V, 16 KiB a token) are
+# 64 x 1040 slots 1.09 GB and 32784 slots 0.54 GB, engine and baseline each, next to 2.1 GB of
+# weights each: well inside one GPU
+DECODE_GPU = "1024,8192,16x1024,64x1024,32768"
+DECODE_CPU = "12,4x12"
+
+
+def _decode_shapes(text: str) -> list[tuple[int, int]]:
+    """[(batch, ctx)] from "CTX" or "BATCHxCTX" items."""
+    out = []
+    for item in text.split(","):
+        batch, x, ctx = item.strip().rpartition("x")
+        try:
+            shape = (int(batch if x else 1), int(ctx))
+        except ValueError:
+            shape = (0, 0)
+        if min(shape) < 1:
+            raise InputError(f"--ctx items are CTX or BATCHxCTX (positive integers), got {item!r}")
+        out.append(shape)
+    return out
+
+
+def _bench_decode(args: argparse.Namespace, bench, ctx: int, batch: int, first: bool):
     """A decode scenario; the first also times our compile in fresh processes (cold, warm)."""
     from hyperloom.bench import compile_time
     from hyperloom.bench.scenarios import decode_shape
 
-    r = bench.decode(ctx)
+    r = bench.decode(ctx, batch)
     if first and not args.no_compile_time:
         try:
             ours = compile_time.cold_and_warm(
                 args.model, args.config, args.layers, str(bench.dtype).removeprefix("torch."),
-                str(bench.device), *decode_shape(ctx))
+                str(bench.device), *decode_shape(ctx, batch))
         except compile_time.ChildError as e:
             print(f"warning: no compile time for our engine: {e}", file=sys.stderr)
         else:
@@ -213,7 +237,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     for name, prog in getattr(eng, "programs", {}).items():
         plan = prog.plan
         print(f"kernels ({name}): {len(plan.kernels)} entries, "
-              f"{sum(k.launches for k in plan.kernels)} launches per step, "
+              f"{plan.launches(1)} launches per decode step ({plan.launches(2)} in a wider "
+              "step), "
               f"{len(plan.fallbacks)} on the interpreter; arena {prog.arena.total_bytes} B")
     for p, t in zip(prompts, out):
         print(f"prompt:  {p}")
@@ -252,7 +277,8 @@ def parser() -> argparse.ArgumentParser:
     bn.add_argument("--config", default="tiny")
     bn.add_argument("--layers", type=int)
     bn.add_argument("--scenarios", default="decode,prefill,site")
-    bn.add_argument("--ctx", help="decode contexts (default 1024,8192; CPU: 12)")
+    bn.add_argument("--ctx", help=f"decode shapes: CTX (batch 1) or BATCHxCTX, e.g. 16x1024 "
+                    f"(default {DECODE_GPU}; CPU: {DECODE_CPU})")
     bn.add_argument("--prefill-tokens", help="prefill lengths (default 2048; CPU: 24)")
     bn.add_argument("--site-rows", help="mHC site rows (default 1,4096; CPU: 1,16)")
     bn.add_argument("--device")

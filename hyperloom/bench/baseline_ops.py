@@ -41,16 +41,20 @@ def rope(x, pos, cos, sin, *, head_dim, dtype):
 
 
 def attention(q, k, v, pos, k_cache, v_cache, *, heads, kv_heads, head_dim, scale, dtype):
-    """Static cache [S, kv_heads, d]: write this step's rows, attend causally over all of it."""
-    t = q.shape[0]
-    k_cache.index_copy_(0, pos, k.view(t, kv_heads, head_dim).to(k_cache.dtype))
-    v_cache.index_copy_(0, pos, v.view(t, kv_heads, head_dim).to(v_cache.dtype))
-    keys = torch.arange(k_cache.shape[0], device=q.device)
-    mask = keys[None, :] <= pos[:, None]  # [T, S]
+    """Static caches [B, S, kv_heads, d], a slot per sequence; the step's rows are B groups of
+    T, group b sequence b's: write them at their positions, attend causally over the cache."""
+    b, s = k_cache.shape[:2]
+    t = q.shape[0] // b
+    pos = pos.view(b, t)
+    rows = (torch.arange(b, device=q.device)[:, None] * s + pos).flatten()  # into [B * S]
+    for cache, x in ((k_cache, k), (v_cache, v)):
+        cache.view(b * s, kv_heads, head_dim).index_copy_(
+            0, rows, x.view(b * t, kv_heads, head_dim).to(cache.dtype))
+    mask = torch.arange(s, device=q.device) <= pos[..., None]  # [B, T, S]
     o = F.scaled_dot_product_attention(
-        q.view(t, heads, head_dim).transpose(0, 1).to(k_cache.dtype), k_cache.transpose(0, 1),
-        v_cache.transpose(0, 1), attn_mask=mask[None], scale=scale, enable_gqa=True)
-    return o.transpose(0, 1).reshape(t, heads * head_dim).to(dtype)
+        q.view(b, t, heads, head_dim).transpose(1, 2).to(k_cache.dtype), k_cache.transpose(1, 2),
+        v_cache.transpose(1, 2), attn_mask=mask[:, None], scale=scale, enable_gqa=True)
+    return o.transpose(1, 2).reshape(b * t, heads * head_dim).to(dtype)
 
 
 def swiglu(gate, up, *, limit, dtype):

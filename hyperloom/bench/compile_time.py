@@ -1,6 +1,7 @@
-"""Our engine's compile time as a user meets it, in a fresh process: build the engine, prefill
-16 tokens and decode one (synchronized), first with cold caches (hyperloom's kernel cache and
-Triton's, both in a new temporary directory), then warm (the same directories again).
+"""Our engine's compile time as a user meets it, in a fresh process: build the engine (the
+scenario's capacity and sequence slots), prefill 16 tokens and decode one (synchronized), first
+with cold caches (hyperloom's kernel cache and Triton's, both in a new temporary directory), then
+warm (the same directories again).
 
 The child prints one line, `compile-time {json}`: imports_s (python, torch, hyperloom),
 setup_s (random weights, device init) and compile_s (engine build to the first decoded token),
@@ -29,10 +30,11 @@ class ChildError(RuntimeError):
 
 
 def cold_and_warm(model: str, config: str, layers: int | None, dtype: str, device: str,
-                  max_seq_len: int, chunk: int, seed: int = 0) -> dict[str, float]:
+                  max_seq_len: int, chunk: int, slots: int = 1,
+                  seed: int = 0) -> dict[str, float]:
     """{"ours cold cache": s, "ours warm cache": s}: two children sharing fresh caches."""
     argv = [model, config, str(layers or 0), dtype, device, str(max_seq_len), str(chunk),
-            str(seed)]
+            str(slots), str(seed)]
     with tempfile.TemporaryDirectory(prefix="hyperloom-compile-time-") as tmp:
         env = {**os.environ, "HYPERLOOM_KERNEL_CACHE": str(Path(tmp, "kernels")),
                "TRITON_CACHE_DIR": str(Path(tmp, "triton"))}
@@ -58,7 +60,7 @@ def _files(folder: str) -> int:
 
 
 def child(argv: list[str], t_start: float) -> None:
-    """argv: model config layers(0: all) dtype device max_seq_len chunk seed."""
+    """argv: model config layers(0: all) dtype device max_seq_len chunk slots seed."""
     import torch
 
     import hyperloom
@@ -66,7 +68,7 @@ def child(argv: list[str], t_start: float) -> None:
     from hyperloom.models.random_weights import random_weights
 
     t_setup = time.perf_counter()
-    name, config, layers, dtype, device, cap, chunk, seed = argv
+    name, config, layers, dtype, device, cap, chunk, slots, seed = argv
     dtype, device = getattr(torch, dtype), torch.device(device)
     model = hyperloom.build(name, config, int(layers) or None, dtype)
     weights = random_weights(model, int(seed))
@@ -76,7 +78,7 @@ def child(argv: list[str], t_start: float) -> None:
     cached = _files(CONFIG.kernel_cache_dir)
     t0 = time.perf_counter()
     eng = hyperloom.compile(model, weights, device, dtype, max_seq_len=int(cap),
-                            max_sequences=1, prefill_chunk=int(chunk))
+                            max_sequences=int(slots), prefill_chunk=int(chunk))
     seq = eng.new_sequence()
     eng.prefill(seq, ids[:PROMPT])
     eng.decode([seq], ids[PROMPT:])

@@ -1,6 +1,7 @@
-"""The baseline: an IR graph lowered to a torch.fx GraphModule of plain torch ops, for one
-sequence with static KV caches (module buffers). Built from the same spec and weights as the
-engine, it runs eager or under torch.compile, as a user would run their own PyTorch model."""
+"""The baseline: an IR graph lowered to a torch.fx GraphModule of plain torch ops, for a fixed
+batch of sequences stepping together, with static KV caches (module buffers, one slot per
+sequence). Built from the same spec and weights as the engine, it runs eager or under
+torch.compile, as a user would run their own PyTorch model."""
 
 from __future__ import annotations
 
@@ -22,15 +23,15 @@ def _safe(name: str) -> str:
 
 
 class BaselineModule(torch.nn.Module):
-    """Holds the weights, static caches and RoPE tables as buffers."""
+    """Holds the weights, static caches ([slots, S, ...] each) and RoPE tables as buffers."""
 
     def __init__(self, graph: Graph, weights: dict[str, torch.Tensor], max_seq_len: int,
-                 device: torch.device):
+                 device: torch.device, slots: int = 1):
         super().__init__()
         for p in graph.params:
             self.register_buffer(_safe(p.name), weights[p.name].to(device, p.type.dtype.torch))
         for d in graph.states():
-            shape = [int(s.subs(S, max_seq_len)) for s in d.type.shape]
+            shape = [slots] + [int(s.subs(S, max_seq_len)) for s in d.type.shape]
             self.register_buffer(_safe(d.name), torch.zeros(shape, dtype=d.type.dtype.torch,
                                                             device=device))
         self.max_seq_len, self.device = max_seq_len, device
@@ -95,13 +96,14 @@ LOWERED = (Op.EMBEDDING, Op.CAST, Op.RMSNORM, Op.LINEAR, Op.ROPE, Op.ATTENTION, 
 
 
 def lower(graph: Graph, weights: dict[str, torch.Tensor], max_seq_len: int,
-          device: torch.device | str) -> fx.GraphModule:
-    """forward(*inputs but %slot, in graph order) -> the graph's outputs (a tuple), for one
-    sequence: a decoder takes (ids [T], pos [T])."""
-    root = BaselineModule(graph, weights, max_seq_len, torch.device(device))
+          device: torch.device | str, slots: int = 1) -> fx.GraphModule:
+    """forward(*inputs but %slot, in graph order) -> the graph's outputs (a tuple), for `slots`
+    sequences stepping together: a decoder takes (ids [slots * T], pos [slots * T]), T rows of
+    sequence 0, then T rows of sequence 1, ... (a batch's static shape, as HF's static cache)."""
+    root = BaselineModule(graph, weights, max_seq_len, torch.device(device), slots)
     g = fx.Graph()
     env = {n: g.placeholder(n[1:]) for n, _ in graph.inputs if n != "%slot"}
-    env["%slot"] = None  # one sequence: the baseline has no slots (attention ignores them)
+    env["%slot"] = None  # a row's slot is its group (attention ignores %slot)
     for node in graph.nodes:
         res = _call(g, root, node, env)
         if len(node.outs) == 1:

@@ -57,10 +57,24 @@ def record(results: list[Result], limits: Limits, info: dict) -> dict:
                "work": r.work, "unit": r.unit, "fraction_of_limit": r.fraction(limits),
                "kernels_per_step": r.kernels, "compile_s": r.compile_s,
                "rel_err_vs_eager": r.rel_err}
+        if r.batch is not None:
+            row |= {"batch": r.batch, "ctx": r.ctx, "vs_b1": vs_b1(r, results)}
         if r.profile is not None:
             row["profile"] = r.profile
         rows.append(row)
     return {"meta": info, "results": rows}
+
+
+def vs_b1(r: Result, results: list[Result]) -> float | None:
+    """A batched decode's step time over batch 1's at the same context (None: not batched, or
+    no batch-1 run of that context)."""
+    one = next((o for o in results if o.batch == 1 and o.ctx == r.ctx), None)
+    return r.ours_s / one.ours_s if r.batch != 1 and one else None
+
+
+# issue 5's targets: (scenario, record field, bound, True: at least the bound, False: at most)
+TARGETS = (("decode b16 ctx1024", "vs_b1", 1.5, False),
+           ("decode b1 ctx32768", "fraction_of_limit", 0.70, True))
 
 
 PROFILE_ROWS = 12  # kernels per scenario in the table (the JSON keeps more)
@@ -75,16 +89,18 @@ def header(rec: dict) -> str:
              f"{m['matmul_flop_per_s'] / 1e12:.1f} TFLOP/s matmul"]
     if not m["meaningful"]:
         lines.append("CPU run (Triton interpreter, fp32): these numbers mean nothing about speed")
-    head = f"{'scenario':<22}{'ours':>11}  {'baseline':<28}{'x':>7}  {'% limit':>8}  kernels"
+    head = (f"{'scenario':<22}{'ours':>11}  {'baseline':<28}{'x':>7}  {'% limit':>8}  kernels"
+            f"  {'vs b1':>6}")
     return "\n".join(lines + [head, "-" * len(head)]) + "\n"
 
 
 def rows(r: dict) -> str:
     """One scenario's lines: one per baseline, then its profile if it has one."""
     lines = []
+    vs = f"  {r['vs_b1']:>5.2f}x" if r.get("vs_b1") else ""
     for i, (mode, t) in enumerate(r["baselines_s"].items()):
         lead = f"{r['scenario']:<22}{r['ours_s'] * 1e3:>9.3f}ms" if i == 0 else " " * 33
-        tail = (f"  {100 * r['fraction_of_limit']:>7.1f}%  {r['kernels_per_step']}"
+        tail = (f"  {100 * r['fraction_of_limit']:>7.1f}%  {r['kernels_per_step']:>7}{vs}"
                 if i == 0 else "")
         lines.append(f"{lead}  {mode + f' {t * 1e3:.3f}ms':<28}"
                      f"{r['speedup'][mode]:>6.2f}x{tail}")
@@ -110,7 +126,20 @@ def table(rec: dict) -> str:
     if compiles:
         head = "compile times (ours: fresh process to first token; torch.compile: first calls)"
         lines.append("\n".join([head] + compiles) + "\n")
-    return header(rec) + "".join(lines)
+    return header(rec) + "".join(lines + targets(rec))
+
+
+def targets(rec: dict) -> list[str]:
+    """The TARGETS lines of the scenarios the record holds (none: no lines)."""
+    by = {r["scenario"]: r for r in rec["results"]}
+    lines = []
+    for name, key, bound, least in TARGETS:
+        value = by.get(name, {}).get(key)
+        if value is not None:
+            met = value >= bound if least else value <= bound
+            lines.append(f"  {name}: {key} {value:.3f} (target {'>=' if least else '<='} "
+                         f"{bound:g}): {'met' if met else 'MISSED'}")
+    return ["\n".join(["targets (issue 5)"] + lines) + "\n"] if lines else []
 
 
 def write_json(rec: dict, path: Path) -> None:
@@ -136,9 +165,13 @@ def plot(rec: dict, path: Path) -> bool:
     except ImportError:
         return False
     results = rec["results"]
-    fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.5), squeeze=False)
+    ncols = min(4, len(results))  # 7+ scenarios: a grid, not one strip
+    nrows = -(-len(results) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3.5 * nrows), squeeze=False)
+    for ax in axes.flat[len(results):]:
+        ax.set_visible(False)
     m = rec["meta"]
-    for ax, r in zip(axes[0], results):
+    for ax, r in zip(axes.flat, results):
         rate = m["hbm_bytes_per_s"] if r["unit"] == "bytes" else m["matmul_flop_per_s"]
         bars = {"ours": r["ours_s"], **r["baselines_s"], "limit": r["work"] / rate}
         names = [k.removesuffix("-no-cudagraphs") for k in bars]

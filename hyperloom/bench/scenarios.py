@@ -1,5 +1,5 @@
-"""The scenarios: a decode step at batch 1 over a context, a prefill, and one mHC site alone.
-Each times the engine's recorded step, the lowered PyTorch baseline eager and under
+"""The scenarios: a decode step of B sequences over a context each, a prefill, and one mHC site
+alone. Each times the engine's recorded step, the lowered PyTorch baseline eager and under
 torch.compile, checks that they agree first, and counts the minimum work (bytes or FLOPs);
 with profile_steps, it also profiles the engine's step by kernel."""
 
@@ -34,6 +34,8 @@ class Result:
     kernels: int = 0
     rel_err: float = 0.0  # engine vs eager baseline on the checked output
     profile: list[dict] | None = None  # top kernels of our step (measure.profile_top)
+    batch: int | None = None  # decode: sequences in the step
+    ctx: int | None = None  # decode: tokens cached per sequence
 
     def fraction(self, limits: Limits) -> float:
         rate = limits.bandwidth if self.unit == "bytes" else limits.matmul_peak
@@ -61,6 +63,14 @@ def _check(ours: torch.Tensor, base: torch.Tensor, tol: float, what: str) -> flo
     return err
 
 
+def _check_rows(ours: torch.Tensor, base: torch.Tensor, tol: float, what: str) -> float:
+    """Row by row (a sequence each), so one wrong row cannot hide among right ones; the worst."""
+    if ours.shape != base.shape:
+        raise AgreementError(f"{what}: engine logits {list(ours.shape)}, baseline "
+                             f"{list(base.shape)}")
+    return max(_check(o, b, tol, f"{what}, row {i}") for i, (o, b) in enumerate(zip(ours, base)))
+
+
 def _timed(fn, *args) -> tuple[float, object]:
     t = time.perf_counter()
     out = fn(*args)
@@ -79,33 +89,38 @@ class Bench:
     def ids(self, n: int) -> torch.Tensor:
         return torch.randint(0, self.model.vocab_size, (n,), generator=self.gen)
 
-    def _engine(self, max_seq_len: int, chunk: int):
+    def _engine(self, max_seq_len: int, chunk: int, slots: int = 1):
         return hyperloom.compile(self.model, self.weights, self.device, self.dtype,
-                                 max_seq_len=max_seq_len, max_sequences=1, prefill_chunk=chunk)
+                                 max_seq_len=max_seq_len, max_sequences=slots,
+                                 prefill_chunk=chunk)
 
-    def _baseline(self, graph: Graph, max_seq_len: int):
-        return lower(graph, self.weights, max_seq_len, self.device)
+    def _baseline(self, graph: Graph, max_seq_len: int, slots: int = 1):
+        return lower(graph, self.weights, max_seq_len, self.device, slots)
 
     def _profile(self, r: Result, step) -> None:
         if self.profile_steps:
             r.profile = profile_top(step, self.device, self.profile_steps)
 
     # -- decode --------------------------------------------------------------------------
-    def decode(self, ctx: int) -> Result:
-        cap, chunk = decode_shape(ctx)
-        eng = self._engine(cap, chunk)
-        seq = eng.new_sequence()
-        prompt, tok = self.ids(ctx), self.ids(1)
-        eng.prefill(seq, prompt)
-        ours = eng.decode([seq], tok)
-        replay = eng.runners["main"].recorded[1]
-        base = self._baseline(self.model.main, cap)
-        pos = torch.tensor([ctx], device=self.device)
-        tok_d = tok.to(self.device)
-        base(prompt.to(self.device), torch.arange(ctx, device=self.device))
-        err = _check(ours[0], base(tok_d, pos)[0][0], self.tol, f"decode ctx {ctx}")
-        r = Result(f"decode b1 ctx{ctx}", decode_bytes(self.model, ctx), "bytes",
-                   median_seconds(replay, self.device), kernels=_launches(eng), rel_err=err)
+    def decode(self, ctx: int, batch: int = 1) -> Result:
+        """One decode step of `batch` sequences, each after its own prompt of ctx tokens."""
+        cap, chunk, slots = decode_shape(ctx, batch)
+        eng = self._engine(cap, chunk, slots)
+        seqs = [eng.new_sequence() for _ in range(batch)]
+        prompts, tok = self.ids(batch * ctx).view(batch, ctx), self.ids(batch)
+        for seq, prompt in zip(seqs, prompts):
+            eng.prefill(seq, prompt)
+        ours = eng.decode(seqs, tok)
+        runner = eng.runners["main"]
+        replay = runner.recorded[runner.bucket(batch)]
+        base = self._baseline(self.model.main, cap, batch)
+        _fill(base, prompts, chunk, self.device)
+        tok_d, pos = tok.to(self.device), torch.full((batch,), ctx, device=self.device)
+        name = f"decode b{batch} ctx{ctx}"
+        err = _check_rows(ours, base(tok_d, pos)[0], self.tol, name)
+        r = Result(name, decode_bytes(self.model, ctx, batch), "bytes",
+                   median_seconds(replay, self.device), kernels=_launches(eng, batch), rel_err=err,
+                   batch=batch, ctx=ctx)
         self._profile(r, replay)
         r.baselines_s["eager"] = median_seconds(lambda: base(tok_d, pos), self.device)
         if self.compile_modes:
@@ -129,7 +144,7 @@ class Bench:
         ids_d, pos_d = prompt.to(self.device), torch.arange(n, device=self.device)
         err = _check(ours, base(ids_d, pos_d)[0], self.tol, f"prefill {n}")
         r = Result(f"prefill {n}", prefill_flops(self.model, n), "flops",
-                   median_seconds(step, self.device, reps=10), kernels=_launches(eng),
+                   median_seconds(step, self.device, reps=10), kernels=_launches(eng, n),
                    rel_err=err)
         self._profile(r, step)
         r.baselines_s["eager"] = median_seconds(lambda: base(ids_d, pos_d), self.device, reps=10)
@@ -160,7 +175,7 @@ class Bench:
         err = _check(prog.outputs(rows)["streams"], base(x)[0], self.tol, f"site {rows}")
         r = Result(f"mhc site {rows}", site_bytes(graph, rows), "bytes",
                    median_seconds(step, self.device),
-                   kernels=sum(k.launches for k in comp.plan.kernels), rel_err=err)
+                   kernels=comp.plan.launches(rows), rel_err=err)
         self._profile(r, step)
         r.baselines_s["eager"] = median_seconds(lambda: base(x), self.device)
         if self.compile_modes:
@@ -170,26 +185,38 @@ class Bench:
         return r
 
 
-def decode_shape(ctx: int) -> tuple[int, int]:
-    """The decode scenario's engine: (max_seq_len, prefill_chunk) for a context of ctx."""
-    return ctx + 16, min(ctx, 2048)
+def decode_shape(ctx: int, batch: int = 1) -> tuple[int, int, int]:
+    """The decode scenario's engine: (max_seq_len, prefill_chunk, max_sequences)."""
+    return ctx + 16, min(ctx, 2048), batch
 
 
-def _launches(eng) -> int:
-    return sum(k.launches for k in eng.programs["main"].plan.kernels)
+def _fill(base, prompts: torch.Tensor, chunk: int, device: torch.device) -> None:
+    """The baseline's prefill: prompts [B, ctx] together, at most `chunk` rows a call (the
+    engine's prefill chunk; one call of 32768 rows would hold a 32768^2 score matrix per head)."""
+    batch, ctx = prompts.shape
+    step = max(1, chunk // batch)
+    for lo in range(0, ctx, step):
+        ids = prompts[:, lo: lo + step]
+        pos = torch.arange(lo, lo + ids.shape[1]).expand(batch, -1)
+        base(ids.flatten().to(device), pos.flatten().to(device))
+
+
+def _launches(eng, rows: int) -> int:
+    return eng.programs["main"].plan.launches(rows)
 
 
 def _nbytes(graph: Graph, skip: tuple[str, ...] = ()) -> int:
     return sum(p.type.nbytes() for p in graph.params if p.name not in skip)
 
 
-def decode_bytes(model: Model, ctx: int) -> float:
-    """Every weight once (one row of the embedding table) plus the whole KV cache once."""
+def decode_bytes(model: Model, ctx: int, batch: int = 1) -> float:
+    """Every weight once (a row of the embedding table per sequence) plus every sequence's
+    KV cache of ctx tokens once."""
     emb = model.main.param("embed_tokens.weight").type
     row = int(emb.shape[1]) * emb.dtype.torch.itemsize
-    weights = _nbytes(model.main, skip=("embed_tokens.weight",)) + row
+    weights = _nbytes(model.main, skip=("embed_tokens.weight",)) + batch * row
     kv = sum(d.type.nbytes(S=ctx) for d in model.main.states())
-    return float(weights + kv)
+    return float(weights + batch * kv)
 
 
 def prefill_flops(model: Model, n: int) -> float:

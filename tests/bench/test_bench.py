@@ -1,6 +1,7 @@
 """`hyperloom bench` on the CPU (tiny config, interpreter): the command, its JSON record (written
-as it goes, with the commit, profiles and our compile times), the table redrawn from it, its
-agreement check, and the lowered PyTorch baseline against the reference interpreter."""
+as it goes, with the commit, profiles, our compile times and batched decode), the table redrawn
+from it, its agreement check (row by row), and the lowered PyTorch baseline, one sequence or a
+batch, against the reference interpreter."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ import hyperloom
 from hyperloom.bench import baseline_ops, compile_time, report
 from hyperloom.bench.lowering import lower
 from hyperloom.bench.measure import Limits, top_ops
-from hyperloom.bench.scenarios import AgreementError, Bench, Result
-from hyperloom.cli import main
+from hyperloom.bench.scenarios import AgreementError, Bench, Result, _check, _check_rows, \
+    decode_bytes
+from hyperloom.cli import _decode_shapes, main
 from hyperloom.config import CONFIG
+from hyperloom.errors import InputError
 from hyperloom.models.random_weights import random_weights
 from tests.tolerances import assert_close
 
@@ -41,6 +44,22 @@ def test_baseline_module_matches_the_reference(config):
         assert_close(got, ref.decode([s], [tok]), torch.float32, f"decode {step}")
 
 
+def test_batched_baseline_matches_the_reference():
+    """Three sequences in lockstep (rows grouped by sequence), each with its own prompt."""
+    spec = hyperloom.build("llama", "tiny", dtype=torch.float32)
+    w = random_weights(spec, seed=4)
+    ref = hyperloom.engine(spec, w, backend="reference", max_seq_len=32, max_sequences=3)
+    base = lower(spec.main, w, 32, "cpu", slots=3)
+    gen = torch.Generator().manual_seed(2)
+    prompts, toks = torch.randint(0, 256, (3, 7), generator=gen), torch.tensor([5, 90, 31])
+    seqs = [ref.new_sequence() for _ in range(3)]
+    want = torch.cat([ref.prefill(s, p) for s, p in zip(seqs, prompts)])
+    got = base(prompts.flatten(), torch.arange(7).repeat(3))[0]
+    assert_close(got, want, torch.float32, "prefill")
+    got = base(toks, torch.full((3,), 7))[0]
+    assert_close(got, ref.decode(seqs, toks), torch.float32, "decode")
+
+
 def _main(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -53,7 +72,7 @@ def profiled_run(tmp_path_factory):
     """One bench run of every scenario with --profile: (its stdout, its JSON path)."""
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     rc, text = _main("bench", "llama", "--config", "tiny-hc", "--no-compile", "--no-compile-time",
-                     "--profile", "--ctx", "6", "--prefill-tokens", "10", "--site-rows", "3",
+                     "--profile", "--ctx", "6,3x6", "--prefill-tokens", "10", "--site-rows", "3",
                      "--json", str(out))
     assert rc == 0
     return text, out
@@ -67,12 +86,17 @@ def test_bench_command_writes_its_record(profiled_run):
             "matmul_flop_per_s", "meaningful"} <= set(rec["meta"])
     assert rec["meta"]["meaningful"] is False
     scen = [r["scenario"] for r in rec["results"]]
-    assert scen == ["decode b1 ctx6", "mhc site 3", "prefill 10"]  # prefill last
+    assert scen == ["decode b1 ctx6", "decode b3 ctx6", "mhc site 3", "prefill 10"]  # prefill last
     for r in rec["results"]:
         assert r["ours_s"] > 0 and r["baselines_s"]["eager"] > 0 and r["work"] > 0
         assert r["rel_err_vs_eager"] <= 1e-4 and r["kernels_per_step"] >= 2
         assert r["speedup"]["eager"] == pytest.approx(r["baselines_s"]["eager"] / r["ours_s"])
         assert r["compile_s"] == {}  # --no-compile --no-compile-time
+    b1, b3, site, prefill = rec["results"]
+    assert (b1["batch"], b1["ctx"], b1["vs_b1"]) == (1, 6, None)
+    assert (b3["batch"], b3["ctx"]) == (3, 6)
+    assert b3["vs_b1"] == pytest.approx(b3["ours_s"] / b1["ours_s"])
+    assert not {"batch", "ctx", "vs_b1"} & (set(site) | set(prefill))
 
 
 def test_profile_lists_the_top_ops_of_each_step(profiled_run):
@@ -84,14 +108,17 @@ def test_profile_lists_the_top_ops_of_each_step(profiled_run):
         assert us == sorted(us, reverse=True) and us[-1] > 0
         assert all(k["calls_per_step"] > 0 for k in prof)
         assert 0 < sum(k["share"] for k in prof) <= 1  # self times within the profiled steps
-    assert text.count("profile: top") == 2 * 3  # under each row: as it runs, then the table
+    assert text.count("profile: top") == 2 * 4  # under each row: as it runs, then the table
 
 
 def test_rows_are_printed_as_they_run_and_again_in_the_table(profiled_run):
-    text, _ = profiled_run
-    rows = [ln for ln in text.splitlines() if ln.startswith(("decode b1", "prefill", "mhc site"))]
-    assert [r.split()[0] for r in rows] == ["decode", "mhc", "prefill"] * 2
-    assert rows[:3] == rows[3:]
+    text, out = profiled_run
+    rows = [ln for ln in text.splitlines() if ln.startswith(("decode b", "prefill", "mhc site"))]
+    assert [r.split()[1] for r in rows] == ["b1", "b3", "site", "10"] * 2
+    assert rows[:4] == rows[4:]
+    vs = json.loads(out.read_text())["results"][1]["vs_b1"]
+    assert rows[1].split()[-1] == f"{vs:.2f}x"  # the vs b1 column
+    assert rows[0].split()[-1].isdigit()  # batch 1 ends at its kernel count
 
 
 def test_bench_plot_redraws_the_table_from_json(profiled_run, tmp_path):
@@ -117,8 +144,9 @@ def test_bench_plot_draws_the_chart(profiled_run, tmp_path):
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
-def _fake_decode(self, ctx):
-    return Result(f"decode b1 ctx{ctx}", 1.0, "bytes", 1e-3, {"eager": 2e-3})
+def _fake_decode(self, ctx, batch=1):
+    return Result(f"decode b{batch} ctx{ctx}", 1.0, "bytes", 1e-3 * (1 + batch / 10),
+                  {"eager": 2e-3}, batch=batch, ctx=ctx)
 
 
 def test_record_is_written_as_it_goes_with_compile_times(tmp_path, monkeypatch, capsys):
@@ -140,10 +168,11 @@ def test_record_is_written_as_it_goes_with_compile_times(tmp_path, monkeypatch, 
     out = tmp_path / "bench.json"
     with pytest.raises(RuntimeError, match="cut short"):
         main(["bench", "llama", "--config", "tiny", "--no-compile", "--scenarios",
-              "decode,prefill", "--ctx", "6,7", "--json", str(out)])
+              "decode,prefill", "--ctx", "6,2x6", "--json", str(out)])
     text = capsys.readouterr().out
-    assert "decode b1 ctx6" in text and "decode b1 ctx7" in text  # printed before the failure
+    assert "decode b1 ctx6" in text and "decode b2 ctx6" in text  # printed before the failure
     first, second = json.loads(out.read_text())["results"]
+    assert second["vs_b1"] == pytest.approx(1.2 / 1.1)
     assert list(first["compile_s"]) == ["ours cold cache", "ours warm cache"]
     assert [first["compile_s"][k] for k in first["compile_s"]] == \
         [c["compile_s"] for c in children] and all(c["compile_s"] > 0 for c in children)
@@ -161,6 +190,62 @@ def test_bench_refuses_to_time_different_work(monkeypatch):
     monkeypatch.setattr(baseline_ops, "hc_post", lambda *a: real(*a) * 1.01)
     with pytest.raises(AgreementError, match="disagree"):
         bench.site(3)
+
+
+def test_a_wrong_row_fails_the_check_even_among_right_ones():
+    """64 rows, one off by 3x the tolerance: the error over the whole batch would pass it."""
+    gen = torch.Generator().manual_seed(0)
+    base, off = torch.randn(64, 256, generator=gen), torch.randn(256, generator=gen)
+    ours = base.clone()
+    ours[37] += 3e-4 * base[37].norm() * off / off.norm()
+    assert _check(ours, base, 1e-4, "whole batch") < 1e-4
+    with pytest.raises(AgreementError, match="row 37"):
+        _check_rows(ours, base, 1e-4, "decode b64")
+
+
+def test_batched_decode_checks_every_row(monkeypatch):
+    spec = hyperloom.build("llama", "tiny", dtype=torch.float32)
+    bench = Bench(spec, torch.device("cpu"), torch.float32, 1e-4, compile_modes=False)
+    real = baseline_ops.lm_head
+
+    def last_row_off(x, w):
+        out = real(x, w)
+        return torch.cat([out[:-1], out[-1:] * 1.01]) if len(out) == 3 else out
+
+    monkeypatch.setattr(baseline_ops, "lm_head", last_row_off)
+    with pytest.raises(AgreementError, match=r"decode b3 ctx4, row 2: .*disagree"):
+        bench.decode(4, batch=3)
+
+
+def test_decode_shapes_parse():
+    assert _decode_shapes("12, 4x12,64x1024") == [(1, 12), (4, 12), (64, 1024)]
+    for bad in ("4x", "0x12", "x12", "3y4", "-2", ""):
+        with pytest.raises(InputError, match="BATCHxCTX"):
+            _decode_shapes(bad)
+
+
+def test_decode_bytes_count_weights_once_and_kv_per_sequence():
+    spec = hyperloom.build("llama", "tiny", dtype=torch.float32)
+    kv = sum(d.type.nbytes(S=100) for d in spec.main.states())
+    row = 64 * 4  # one embedding row (hidden 64, fp32) per sequence
+    assert decode_bytes(spec, 100, 16) - decode_bytes(spec, 100, 1) == 15 * (kv + row)
+
+
+def test_table_reports_vs_b1_and_the_issue_targets():
+    def res(name, s, work, batch, ctx):
+        return Result(name, work, "bytes", s, {"eager": 2 * s}, batch=batch, ctx=ctx)
+
+    results = [res("decode b1 ctx1024", 1e-3, 1.0, 1, 1024),
+               res("decode b16 ctx1024", 1.4e-3, 1.0, 16, 1024),
+               res("decode b1 ctx32768", 1e-3, 0.65, 1, 32768)]
+    rec = report.record(results, Limits(1e3, 1.0), _meta())
+    assert [r["vs_b1"] for r in rec["results"]] == [None, pytest.approx(1.4), None]
+    text = report.table(rec)
+    b16 = next(ln for ln in text.splitlines() if ln.startswith("decode b16"))
+    assert "vs b1" in text and b16.endswith("1.40x")
+    assert "decode b16 ctx1024: vs_b1 1.400 (target <= 1.5): met" in text
+    assert "decode b1 ctx32768: fraction_of_limit 0.650 (target >= 0.7): MISSED" in text
+    assert report.targets(report.record(results[:1], Limits(1e3, 1.0), _meta())) == []
 
 
 def test_bench_on_cpu_refuses_big_configs(capsys):
