@@ -25,7 +25,7 @@ GRIDS = {
     "embedding": "(R,)",
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
     "hc_pre": "(cdiv(R, BT), splits) [; finish (R,)]",
-    "attention": "rope_kv (R,) ; attend (R, kv_heads)",
+    "attention": "rope_kv (R,) ; split (R, kv_heads, S) or attend",
     INTERPRETER: "host",
 }
 
@@ -92,7 +92,8 @@ def _where(value: str, arena: ArenaPlan) -> str:
 def _launches(node: Node, emitter: str, types: dict) -> tuple[int, int]:
     """(narrow, wide) step launches. A normed projection of the [T, n, K] streams (the LM head
     after hc_head_mean) runs a stream-mean norm kernel before its GEMM; attention runs RoPE + KV
-    write, then attend; hc_pre finishes a wide step's rows in a second kernel."""
+    write, then split-KV decode or attend; hc_pre finishes a wide step's rows in a second
+    kernel."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
         return 2, 2

@@ -93,9 +93,16 @@ def _attention(entry: KernelEntry, o: Operands, device) -> Launch:
     kc, vc = o.state[at.state + ".k"], o.state[at.state + ".v"]
     table = o.state.table if spec.block_size else None  # paged: the slots' block tables
     out = o[node.outs[0]]
+    # split-KV decode partials: a decode step has one row per sequence, so at most one per slot
+    cap = attention.capacity(spec, kc, vc, table)
+    max_rows = min(q.shape[0], (kc if table is None else table).shape[0])
+    key = ("attention", spec, max_rows, cap)  # one buffer serves every layer of this shape
+    if key not in o.scratch:
+        o.scratch[key] = attention.scratch(spec, max_rows, cap, device)
+    part = o.scratch[key]
     return lambda rows, seq_rows: attention.launch(
         kerns, spec, q=q, k=k, v=v, pos=pos, slot=slot, inv_freq=inv, k_cache=kc, v_cache=vc,
-        q_out=q_out, o=out, rows=rows, seq_rows=seq_rows, block_table=table)
+        q_out=q_out, o=out, rows=rows, seq_rows=seq_rows, block_table=table, part=part)
 
 
 def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:

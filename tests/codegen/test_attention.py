@@ -7,7 +7,11 @@ interpreter in fp32; GPU (`gpu` mark): bf16 on the H200 at Llama-8B sizes, relat
 
 Paged caches (block_size 16, 32): block tables shuffled and interleaved between sequences, unused
 pool blocks, table entries past a sequence's blocks and positions past its end poisoned with NaN
-(a read of any of them shows in the output), and a pool of more than 2^31 elements."""
+(a read of any of them shows in the output), and a pool of more than 2^31 elements.
+
+Split-KV decode (`launch_split`): one, several and a partial last split, chunks of one and of
+several key blocks, programs past a row's keys, NaN-filled partials (a merge of a split that
+stored nothing shows), one scratch reused by a shorter step (a replayed graph)."""
 
 from __future__ import annotations
 
@@ -18,12 +22,16 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.attention import (
+    MAX_SPLITS,
     AttentionSpec,
     kernel_names,
     launch,
     launch_attend,
     launch_rope_kv,
+    launch_split,
+    scratch,
     source,
+    splits,
 )
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, attention, dense
@@ -103,7 +111,8 @@ class Step:
                 tail = torch.arange(e, owned[s] * b, device=self.device)
                 pool[self.table[s, tail // b].long(), tail % b] = float("nan")
 
-    def kernels(self) -> tuple[object, object]:
+    def kernels(self) -> tuple[object, ...]:
+        """(rope_kv, attend, split), loaded."""
         src = source("attn", self.spec, header="test attention")
         return tuple(load(src, name, self.device) for name in kernel_names("attn"))
 
@@ -118,6 +127,22 @@ class Step:
         launch_attend(kernel, self.spec, q=self.q_out, k_cache=self.k_cache,
                       v_cache=self.v_cache, pos=self.pos, slot=self.slot, o=self.o,
                       rows=self.rows, seq_rows=seq_rows, block_table=self.table)
+
+    def scratch(self, max_splits: int) -> tuple[torch.Tensor, ...]:
+        """Split-KV partials for rows + SLACK rows, NaN (a read of a split no program stored
+        shows in the output), and zeroed ticket counters."""
+        cap = self.k_cache.shape[1] if self.table is None else \
+            self.table.shape[1] * self.spec.block_size
+        part = scratch(self.spec, self.rows + SLACK, cap, self.device, max_splits)
+        for t in part[:2]:
+            t.fill_(float("nan"))
+        return part
+
+    def run_split(self, kernel, part: tuple[torch.Tensor, ...]) -> None:
+        launch_split(kernel, self.spec, q=self.q_out, k_cache=self.k_cache,
+                     v_cache=self.v_cache, pos=self.pos, slot=self.slot, o=self.o,
+                     rows=self.rows, part=part, block_table=self.table)
+        assert not part[2].any(), "ticket counters not reset"
 
     def locate(self, slot: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Where (slot, pos) lives in k0 / v0: [slot, pos], or [table block - base, pos % B]."""
@@ -167,15 +192,19 @@ class Step:
             close(got[at].float(), want[slot, pos].float(), f"{what} written")
             assert same(got[~written], old[~written]), f"{what} cache touched elsewhere"
 
-    def check_cpu(self, seq_rows: int) -> None:
-        rope_kv, attend = self.kernels()
+    def check_cpu(self, seq_rows: int, part: tuple | None = None) -> None:
+        """part (scratch): attention through the split-KV decode kernels."""
+        rope_kv, attend, split = self.kernels()
         self.run_rope_kv(rope_kv)
         q, o, k_cache, v_cache = self.reference(torch.float64)
         # caches first: every prior entry kept, the live rows' RoPE(k) and v written
         self.check_caches(k_cache, v_cache,
                           lambda got, want, what: assert_close(got, want, torch.float32, what))
         assert_close(self.q_out[: self.rows][self.live], q, torch.float32, "roped q")
-        self.run_attend(attend, seq_rows)
+        if part:
+            self.run_split(split, part)
+        else:
+            self.run_attend(attend, seq_rows)
         assert_close(self.o[: self.rows][self.live], o, torch.float32, "attention")
         assert (self.o[: self.rows][~self.live] == 0).all(), "padding rows must write zeros"
         assert self.o[self.rows:].isnan().all() and self.q_out[self.rows:].isnan().all()
@@ -279,11 +308,16 @@ def test_paged_pool_past_int32() -> None:
         pytest.skip(f"cannot reserve the pools: {e}")
     assert step.k_cache.numel() > 2 ** 31
     step.check_cpu(seq_rows=3)
+    # split-KV too (it is exact for any rows, decode or not): 4 splits, 64-key chunks
+    step.o.fill_(float("nan"))
+    step.run_split(step.kernels()[2], step.scratch(4))
+    o = step.reference(torch.float64)[1]
+    assert_close(step.o[: step.rows][step.live], o, torch.float32, "split-KV attention")
 
 
 def test_paged_arguments_are_checked() -> None:
     step = Step(spec_for(4, 2, 16, block_size=16), [0], [3], slots=1, capacity=16)
-    rope_kv, attend = step.kernels()
+    rope_kv, attend, _ = step.kernels()
     with pytest.raises(ValueError, match="needs a block_table"):
         launch_attend(attend, step.spec, q=step.q_out, k_cache=step.k_cache,
                       v_cache=step.v_cache, pos=step.pos, slot=step.slot, o=step.o, rows=1)
@@ -299,10 +333,56 @@ def test_paged_arguments_are_checked() -> None:
             spec_for(4, 2, 16, block_size=bad)
 
 
-def check_gpu(step: Step, seq_rows: int) -> None:
-    rope_kv, attend = step.kernels()
+# split-KV decode: chunk = pos + 1 keys over the splits, in whole SPLIT_N (32) key blocks.
+# Lengths 1, 64, 200 and 300 at 4 splits: one split of 1 key; two of 32; 64-key chunks (two
+# blocks each), the last of 8; 96-key chunks, the last of 12. Capacity 300.
+SPLIT_SLOTS, SPLIT_POS = [3, 0, -1, 2, 1], [0, 63, 5, 199, 299]
+
+
+@pytest.mark.parametrize("gqa,block_size,max_splits", [
+    (GQA[0], 0, 4), (GQA[2], 0, 4), (GQA[1], 16, 4), (GQA[2], 32, 4),
+    (GQA[1], 0, 1),  # one split: the whole context in one program
+    (GQA[1], 32, 32),  # 10 splits (capacity 300): 32-key chunks
+])
+def test_split_decode(gqa: tuple[int, int, int], block_size: int, max_splits: int) -> None:
+    step = Step(spec_for(*gqa, block_size=block_size), SPLIT_SLOTS, SPLIT_POS, slots=4,
+                capacity=300, seed=block_size + max_splits + gqa[0])
+    assert splits(300, max_splits) == min(max_splits, 10)
+    step.check_cpu(seq_rows=1, part=step.scratch(max_splits))
+
+
+def test_split_scratch_reused_at_shorter_lengths() -> None:
+    # one scratch, as a replayed graph: the shorter step must not merge the longer one's
+    # partials of splits past its own keys (nor anything of its padding row)
+    spec = spec_for(4, 2, 16, block_size=16)
+    long = Step(spec, [0, 1, 2], [299, 250, 200], slots=3, capacity=300, seed=11)
+    part = long.scratch(4)
+    long.check_cpu(seq_rows=1, part=part)
+    short = Step(spec, [0, -1, 2], [40, 3, 130], slots=3, capacity=300, seed=12)
+    short.check_cpu(seq_rows=1, part=part)
+
+
+@pytest.mark.parametrize("seq_rows", [1, 3])
+def test_launch_splits_only_decode(seq_rows: int) -> None:
+    # through `launch` with a scratch: a decode step runs split-KV, a chunk the one-pass kernel
+    step = Step(spec_for(4, 2, 16), [1] * seq_rows + [0], list(range(70, 70 + seq_rows)) + [9],
+                slots=2, capacity=128, seed=seq_rows)
+    part = step.scratch(MAX_SPLITS)
+    launch(step.kernels(), step.spec, q=step.q, k=step.k, v=step.v, pos=step.pos,
+           slot=step.slot, inv_freq=dense.rope_inv_freq(step.rope, torch.float32),
+           k_cache=step.k_cache, v_cache=step.v_cache, q_out=step.q_out, o=step.o,
+           rows=step.rows, seq_rows=seq_rows, part=part)
+    assert_close(step.o[: step.rows], step.reference(torch.float64)[1], torch.float32, "o")
+    assert part[0].isnan().all() == (seq_rows > 1), "split-KV must run for decode only"
+
+
+def check_gpu(step: Step, seq_rows: int, part: tuple | None = None) -> None:
+    rope_kv, attend, split = step.kernels()
     step.run_rope_kv(rope_kv)
-    step.run_attend(attend, seq_rows)
+    if part:
+        step.run_split(split, part)
+    else:
+        step.run_attend(attend, seq_rows)
     torch.cuda.synchronize()
     q, o, k_cache, v_cache = step.reference(torch.float32)
     live = step.live
@@ -362,3 +442,21 @@ def test_paged_pool_past_int32_gpu() -> None:
     step = Step(spec, slot, pos, slots=3, capacity=1024, device="cuda", act=torch.bfloat16,
                 seed=2, block_base=base)
     check_gpu(step, seq_rows=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_size,max_splits", [(0, 32), (16, 32), (0, 5), (32, 5)])
+def test_split_decode_gpu(block_size: int, max_splits: int) -> None:
+    step = Step(dataclasses.replace(LLAMA8B, block_size=block_size), [2, 0, -1, 3, 1],
+                [1023, 2999, 7, 17, 1500], slots=4, capacity=3072, device="cuda",
+                act=torch.bfloat16, seed=block_size + max_splits)
+    check_gpu(step, seq_rows=1, part=step.scratch(max_splits))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_size", [0, 16])
+def test_split_decode_long_context_gpu(block_size: int) -> None:
+    # one sequence at 8192 (32 splits of 256 keys) and one at 8000, a padding row
+    step = Step(dataclasses.replace(LLAMA8B, block_size=block_size), [0, -1, 1], [8191, 0, 7999],
+                slots=2, capacity=8192, device="cuda", act=torch.bfloat16, seed=3)
+    check_gpu(step, seq_rows=1, part=step.scratch(MAX_SPLITS))

@@ -173,7 +173,7 @@ def test_swiglu_without_limit(rows):
     check_cpu(spec_for(40, 72, "rmsnorm", "swiglu", limit=None), rows, view=True, seed=300 + rows)
 
 
-@pytest.mark.parametrize("rows", [1, 3, 17, 50])
+@pytest.mark.parametrize("rows", [1, 3, 17, 50, 70])  # 70: the 128 x 128 tiles
 @pytest.mark.parametrize("epilogue", ["residual", "hc_post"])
 @pytest.mark.parametrize("prologue", ["none", "mean_rmsnorm"])
 def test_in_place_update_of_the_stream(prologue, epilogue, rows):
@@ -195,7 +195,8 @@ def test_mean_rmsnorm_is_a_norm_kernel_then_the_plain_gemm():
     text = source("mm_k", spec)
     gemm = plain.split("\n\n\n", 1)[1]  # the kernel after the imports
     assert text.endswith("\n\n\n" + gemm) and gemm_spec(spec).prologue == "none"
-    assert "def mm_k_norm(" in text and text.count("@triton.jit") == 2
+    assert "def mm_k_norm(" in text
+    assert text.count("@triton.jit") == plain.count("@triton.jit") + 1  # and hc_post's helpers
     assert scratch(spec, 7, torch.float32, "cpu").shape == (7, 40)
     assert scratch(spec_for(40, 72, "none", "store"), 7, torch.float32, "cpu") is None
 

@@ -1,4 +1,4 @@
-"""Cached causal GQA attention with RoPE: two kernels in one module (`kernel_names`).
+"""Cached causal GQA attention with RoPE: four kernels in one module (`kernel_names`).
 
 {name}_rope_kv: q, k, v [rows, heads*d] (act dtype), pos, slot int64 [rows], inv_freq fp32 [d/2]
 -> q_out = rotate-half RoPE(q) (angle pos * inv_freq in fp32, as semantics.dense.rope), and
@@ -14,10 +14,19 @@ kv head. Decode uses BLOCK_M = 1; a prefill chunk (`seq_rows` > 1) packs rows to
 block may belong to several sequences: the program walks them one sequence (slot) at a time, so
 any tiling is correct and the host hint only picks speed.
 
+{name}_split: the same for a decode step (one row per sequence), split-KV: grid (rows,
+kv_heads, splits), program s takes one chunk of the row's keys (chunk: pos + 1 keys over
+`splits`, whole SPLIT_N blocks, computed on device) and stores fp32 partials (m, l, acc) to a
+scratch buffer; programs past the row's keys exit. Each then takes a ticket from its (row, kv
+head) counter; the last one resets it and merges (rescales and sums) the partials of every head
+of its group. `splits` is fixed by the cache capacity (`scratch`), not the length, so a captured
+launch stays valid as sequences grow.
+
 Paged layout (spec.block_size = B > 0): k_cache, v_cache are block pools [num_blocks, B, kv_heads,
 d] and block_table int32 [slots, max_blocks] maps block j of a slot's sequence to a pool block:
-position p of slot s lives at [block_table[s, p // B], p % B]. Both kernels take the table; the
-key loop gathers each key's block through it. block_size 0 emits the contiguous source unchanged.
+position p of slot s lives at [block_table[s, p // B], p % B]. The kernels that touch the caches
+take the table; their key loops gather each key's block through it. block_size 0 emits the
+contiguous source unchanged.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.config import CONFIG
 
 BLOCK_N = 64  # keys per iteration
+SPLIT_N, SPLIT_WARPS = 32, 8  # split-KV: keys per iteration and warps (sm_90: 128 registers)
+MAX_SPLITS = 32  # key-range splits of a decode launch (8 kv heads, one row: 256 programs)
 PREFILL_M = 64  # stacked (row, head) query rows per program for a prefill chunk
 LOG2E = 1.4426950408889634
 
@@ -51,9 +62,9 @@ class AttentionSpec:
         assert b == 0 or (b >= 16 and b & (b - 1) == 0), "block_size: 0 or a power of two >= 16"
 
 
-def kernel_names(name: str) -> tuple[str, str]:
-    """(rope + KV write kernel, attention kernel) defined by source(name, ...)."""
-    return f"{name}_rope_kv", name
+def kernel_names(name: str) -> tuple[str, str, str]:
+    """(rope + KV write, attention, split-KV decode attention) defined by source(name, ...)."""
+    return f"{name}_rope_kv", name, f"{name}_split"
 
 
 def _comment(header: str) -> str:
@@ -133,24 +144,40 @@ def {name}(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_p
 '''
 
 
+def _upcast() -> str:
+    """The interpreter mis-computes low-precision dots: upcast every operand there."""
+    return ".to(tl.float32)" if CONFIG.interpret else ""
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """Source that addresses keys kp of sequence `cur` in a key loop (see _keys)."""
+    base: tuple[str, str]  # slot offsets of k_base, v_base
+    row_table: str  # line before the loop
+    gather: str  # lines at the top of the loop body
+    rows: tuple[str, str]  # k, v row offsets of keys kp [BLOCK_N, 1]
+
+
+def _keys(spec: AttentionSpec, ind: str) -> _Keys:
+    """The pieces for a key loop whose head is indented by `ind`."""
+    if not spec.block_size:
+        return _Keys(("cur * kc_s0 + ", "cur * vc_s0 + "), "", "",
+                     ("kp[:, None] * kc_s1", "kp[:, None] * vc_s1"))
+    # key kp -> row kp % PAGE of pool block blk (int64 offsets); keys past hi stay masked,
+    # so the table is read only for blocks 0..pos // PAGE, which the host allocated
+    gather = (f"{ind}    blk = tl.load(bt_row + kp // PAGE, mask=kp < hi, other=0).to(tl.int64)\n"
+              f"{ind}    kr = blk * kc_s0 + (kp % PAGE) * kc_s1\n"
+              f"{ind}    vr = blk * vc_s0 + (kp % PAGE) * vc_s1\n")
+    return _Keys(("", ""), f"{ind}bt_row = bt_ptr + cur * bt_s0\n", gather,
+                 ("kr[:, None]", "vr[:, None]"))
+
+
 def _attend_source(name: str, spec: AttentionSpec) -> str:
-    # the interpreter mis-computes low-precision dots: upcast every operand there
-    up = ".to(tl.float32)" if CONFIG.interpret else ""
+    up = _upcast()
     loop_head, loop_tail = runtime_loop("start", "0", "hi", "BLOCK_N", " " * 8)
     table, page = _paged_args(spec)
-    base = "cur * kc_s0 + ", "cur * vc_s0 + "
-    k_rows, v_rows = "kp[:, None] * kc_s1", "kp[:, None] * vc_s1"
-    row_table = gather = ""
-    if spec.block_size:
-        # key kp -> row kp % PAGE of pool block blk (int64 offsets); keys past hi stay masked,
-        # so the table is read only for blocks 0..pos // PAGE, which the host allocated
-        base = "", ""
-        row_table = "        bt_row = bt_ptr + cur * bt_s0\n"
-        gather = ("            blk = tl.load(bt_row + kp // PAGE, mask=kp < hi, other=0)"
-                  ".to(tl.int64)\n"
-                  "            kr = blk * kc_s0 + (kp % PAGE) * kc_s1\n"
-                  "            vr = blk * vc_s0 + (kp % PAGE) * vc_s1\n")
-        k_rows, v_rows = "kr[:, None]", "vr[:, None]"
+    keys = _keys(spec, " " * 8)
+    base, row_table, gather, (k_rows, v_rows) = keys.base, keys.row_table, keys.gather, keys.rows
     return f'''
 @triton.jit
 def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
@@ -208,10 +235,116 @@ def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
 '''
 
 
+_CHUNK = '''
+@triton.jit
+def _chunk(n_keys, splits, BLOCK_N: tl.constexpr):
+    """Keys per split at length n_keys: the keys spread over `splits`, whole key blocks."""
+    return tl.cdiv(tl.cdiv(tl.maximum(n_keys, 1), splits), BLOCK_N) * BLOCK_N
+'''
+
+
+def _split_source(name: str, spec: AttentionSpec) -> str:
+    up = _upcast()
+    loop_head, loop_tail = runtime_loop("start", "lo", "hi", "BLOCK_N", " " * 4)
+    table, page = _paged_args(spec)
+    keys = _keys(spec, " " * 4)
+    g = spec.heads // spec.kv_heads
+    gp, dp = tiling(spec, 1)[1], max(16, triton.next_power_of_2(spec.head_dim))
+    return f'''
+@triton.jit
+def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr, ml_ptr, cnt_ptr, sq, so,
+        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2,{table} SP: tl.constexpr,
+        H: tl.constexpr = {spec.heads}, HKV: tl.constexpr = {spec.kv_heads},
+        G: tl.constexpr = {g}, GP: tl.constexpr = {gp},
+        HD: tl.constexpr = {spec.head_dim}, DP: tl.constexpr = {dp},
+        BLOCK_N: tl.constexpr = {SPLIT_N}, QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
+    r = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    sp = tl.program_id(2)
+    splits = tl.num_programs(2)
+    cur = tl.load(slot_ptr + r)
+    n_keys = tl.load(pos_ptr + r) + 1
+    chunk = _chunk(n_keys, splits, BLOCK_N)
+    lo = sp * chunk
+    hi = tl.minimum(lo + chunk, n_keys)
+    g = tl.arange(0, GP)
+    head = kvh * G + g
+    dc = tl.arange(0, DP)
+    dmask = dc < HD
+    if cur < 0:  # a padding row: split 0 writes its zeros
+        tl.store(o_ptr + r * so + head[:, None] * HD + dc[None, :], tl.zeros((GP, DP), tl.float32),
+                 mask=(sp == 0) & (g < G)[:, None] & dmask[None, :])
+        return
+    if lo >= hi:  # a split past the row's keys
+        return
+    hmask = (g < G)[:, None] & dmask[None, :]
+    q = tl.load(q_ptr + r * sq + head[:, None] * HD + dc[None, :], mask=hmask, other=0.0)
+    q = q.to(kc_ptr.dtype.element_ty){up}
+
+    # keys lo..hi-1, all visible to the row (decode: its own position is the last key)
+    m_i = tl.full((GP,), -1e30, tl.float32)
+    l_i = tl.zeros((GP,), tl.float32)
+    acc = tl.zeros((GP, DP), tl.float32)
+    n = tl.arange(0, BLOCK_N)
+    k_base = kc_ptr + {keys.base[0]}kvh * kc_s2
+    v_base = vc_ptr + {keys.base[1]}kvh * vc_s2
+{keys.row_table}{loop_head}        kp = start + n
+        kmask = (kp < hi)[:, None] & dmask[None, :]
+{keys.gather}        k = tl.load(k_base + {keys.rows[0]} + dc[None, :], mask=kmask, other=0.0)
+        s = tl.dot(q, tl.trans(k{up})) * QK_SCALE
+        s = tl.where((kp < hi)[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_base + {keys.rows[1]} + dc[None, :], mask=kmask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty){up}, v{up})
+        m_i = m_new
+{loop_tail}    # partials of (row, head, split sp): acc [r, head, sp, :HD], m, l [r, head, 0|1, sp]
+    rh = r * H + head
+    tl.store(acc_ptr + (rh * splits + sp)[:, None] * HD + dc[None, :], acc, mask=hmask)
+    ml = ml_ptr + rh * 2 * splits + sp
+    tl.store(ml, m_i, mask=g < G)
+    tl.store(ml + splits, l_i, mask=g < G)
+
+    # every thread's partials are written before the ticket; the last split merges the group
+    tl.debug_barrier()
+    active = tl.cdiv(n_keys, chunk)
+    ticket = tl.atomic_add(cnt_ptr + r * HKV + kvh, 1, sem="acq_rel")
+    if ticket == active - 1:
+        tl.debug_barrier()
+        tl.store(cnt_ptr + r * HKV + kvh, 0)
+        for gi in range(G):  # a loop, not unrolled: one head's partials live at a time
+            _merge_head(acc_ptr, ml_ptr, o_ptr, r * H + kvh * G + gi, r * so + (kvh * G + gi) * HD,
+                        splits, active, SP, HD, DP)
+'''
+
+
+_MERGE = '''
+@triton.jit
+def _merge_head(acc_ptr, ml_ptr, o_ptr, rh, o_off, splits, active, SP: tl.constexpr,
+                HD: tl.constexpr, DP: tl.constexpr):
+    """o of one (row, head): its `active` splits' partials rescaled to a common max and summed."""
+    sp = tl.arange(0, SP)
+    sp_mask = sp < active
+    ml = ml_ptr + rh * 2 * splits + sp
+    m = tl.load(ml, mask=sp_mask, other=-1e30, cache_modifier=".cg")
+    w = tl.exp2(m - tl.max(m, axis=0))  # [SP]: 0 for splits past `active`
+    l_sum = tl.sum(tl.load(ml + splits, mask=sp_mask, other=0.0, cache_modifier=".cg") * w, axis=0)
+    dc = tl.arange(0, DP)
+    dmask = dc < HD
+    acc = tl.load(acc_ptr + (rh * splits + sp)[:, None] * HD + dc[None, :],
+                  mask=sp_mask[:, None] & dmask[None, :], other=0.0, cache_modifier=".cg")
+    out = tl.sum(acc * w[:, None], axis=0) / l_sum
+    tl.store(o_ptr + o_off + dc, out.to(o_ptr.dtype.element_ty), mask=dmask)
+'''
+
+
 def source(name: str, spec: AttentionSpec, header: str = "") -> str:
-    rope_kv, attend = kernel_names(name)
+    rope_kv, attend, split = kernel_names(name)
     return (f"{_comment(header)}import triton\nimport triton.language as tl\n\n{_ROTATE}\n"
-            f"{_rope_kv_source(rope_kv, spec)}\n{_attend_source(attend, spec)}")
+            f"{_rope_kv_source(rope_kv, spec)}\n{_attend_source(attend, spec)}\n{_CHUNK}\n"
+            f"{_MERGE}\n{_split_source(split, spec)}")
 
 
 def _check(*tensors: torch.Tensor) -> None:
@@ -280,15 +413,67 @@ def launch_attend(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torc
         num_warps=4)
 
 
+def splits(capacity: int, max_splits: int = MAX_SPLITS) -> int:
+    """Key-range splits of a decode launch on a cache of `capacity` positions per slot."""
+    return max(1, min(max_splits, triton.cdiv(capacity, SPLIT_N)))
+
+
+def capacity(spec: AttentionSpec, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             block_table: torch.Tensor | None = None) -> int:
+    """Positions one slot can hold (block_table: as for launch)."""
+    return _table(spec, block_table, k_cache, v_cache)[1]
+
+
+def scratch(spec: AttentionSpec, max_rows: int, capacity: int, device,
+            max_splits: int = MAX_SPLITS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """launch_split's buffers for up to max_rows rows: fp32 partials acc [rows, heads, splits,
+    d] and (m, l) [rows, heads, 2, splits], and int32 ticket counters [rows, kv_heads], zeroed
+    (the kernel leaves them zeroed). The split count is the launch's, so allocate them once per
+    cache (outside any captured launch): it never changes as sequences grow."""
+    n = splits(capacity, max_splits)
+    f32 = dict(dtype=torch.float32, device=device)
+    return (torch.empty((max_rows, spec.heads, n, spec.head_dim), **f32),
+            torch.empty((max_rows, spec.heads, 2, n), **f32),
+            torch.zeros((max_rows, spec.kv_heads), dtype=torch.int32, device=device))
+
+
+def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, o: torch.Tensor,
+                 rows: int, part: tuple[torch.Tensor, ...],
+                 block_table: torch.Tensor | None = None) -> None:
+    """Decode attention (one row per sequence) split over the key range: kernel = the split
+    kernel of kernel_names, loaded; part = scratch(spec, >= rows, capacity)."""
+    table, _ = _table(spec, block_table, k_cache, v_cache)
+    if rows == 0:
+        return
+    _check(q, k_cache, v_cache, o)
+    acc, ml, count = part
+    n = acc.shape[2]
+    assert acc.shape == (acc.shape[0], spec.heads, n, spec.head_dim) and acc.shape[0] >= rows \
+        and ml.shape == (acc.shape[0], spec.heads, 2, n) \
+        and tuple(count.shape) == (acc.shape[0], spec.kv_heads), "attention scratch does not fit"
+    kernel[(rows, spec.kv_heads, n)](q, k_cache, v_cache, pos, slot, o, acc, ml, count,
+                                     q.stride(0), o.stride(0), *k_cache.stride()[:3],
+                                     *v_cache.stride()[:3], *table,
+                                     SP=triton.next_power_of_2(n), num_warps=SPLIT_WARPS)
+
+
 def launch(kernels, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
            pos: torch.Tensor, slot: torch.Tensor, inv_freq: torch.Tensor | None,
            k_cache: torch.Tensor, v_cache: torch.Tensor, q_out: torch.Tensor, o: torch.Tensor,
-           rows: int, seq_rows: int = 1, block_table: torch.Tensor | None = None) -> None:
-    """Both kernels in order; kernels = the two of kernel_names(name), loaded. block_table:
-    int32 [slots, max_blocks] when spec.block_size > 0 (caches are block pools), else None."""
-    rope_kv, attend = kernels
+           rows: int, seq_rows: int = 1, block_table: torch.Tensor | None = None,
+           part: tuple[torch.Tensor, ...] | None = None) -> None:
+    """RoPE + KV write, then attention; kernels = the three of kernel_names(name), loaded.
+    block_table: int32 [slots, max_blocks] when spec.block_size > 0 (caches are block pools),
+    else None. A decode step (seq_rows <= 1) whose rows fit `part` (scratch) runs split-KV
+    (two launches, as any other step with the one-pass kernel)."""
+    rope_kv, attend, split = kernels
     launch_rope_kv(rope_kv, spec, q=q, k=k, v=v, pos=pos, slot=slot, inv_freq=inv_freq,
                    k_cache=k_cache, v_cache=v_cache, q_out=q_out, rows=rows,
                    block_table=block_table)
+    if seq_rows <= 1 and part is not None and rows <= part[0].shape[0]:
+        launch_split(split, spec, q=q_out, k_cache=k_cache, v_cache=v_cache, pos=pos,
+                     slot=slot, o=o, rows=rows, part=part, block_table=block_table)
+        return
     launch_attend(attend, spec, q=q_out, k_cache=k_cache, v_cache=v_cache, pos=pos, slot=slot,
                   o=o, rows=rows, seq_rows=seq_rows, block_table=block_table)

@@ -16,7 +16,8 @@ spec, ...)` runs them in that order. out = epilogue(prologue(x) @ w.T), accumula
   "swiglu": w is [2I, K] (gate rows, then up rows), out [rows, I] = silu(min(g, L)) * clamp(u, L);
   "residual": out [rows, N] fp32 = stream + result (out may be stream);
   "hc_post": out[t, j] = post[t, j] * result[t] + sum_i comb[t, i, j] * X[t, i], X = stream
-  [rows, hc, N] fp32 (out may be X: a block loads all hc stream tiles before storing any).
+  [rows, hc, N] fp32, over column chunks of the tile (out may be X: a chunk loads all its hc
+  stream tiles before storing any).
 
 Tensors may be row-strided views (only the last dim must be contiguous); w is contiguous [N, K].
 Two GEMM paths, picked in `launch` by rows: rows <= 16 take a GEMV-style tiling (one row block
@@ -221,19 +222,47 @@ def _epilogue(spec: MatmulSpec) -> list[str]:
     return lines + _hc_post(spec)
 
 
+EPI_LEVELS = 3  # tensor-core tiles: the hc_post epilogue walks 2**EPI_LEVELS column chunks
+
+
 def _hc_post(spec: MatmulSpec) -> list[str]:
-    # every stream tile is loaded before any store, so out may alias the stream X
-    n = spec.hc
-    lines = [f"x{i} = tl.load(s_rows + {i} * sst_h + rn[None, :], mask=o_ok, other=0.0)"
-             for i in range(n)]
-    lines += ["p_rows = post_ptr + rm64 * sp_t", "c_rows = comb_ptr + rm64 * sc_t"]
-    for j in range(n):
-        lines.append(f"o = tl.load(p_rows + {j}, mask=m_ok, other=0.0)[:, None] * acc")
-        for i in range(n):
-            lines.append(f"o += tl.load(c_rows + {i} * sc_i + {j}, mask=m_ok, other=0.0)"
-                         f"[:, None] * x{i}")
-        lines.append(f"tl.store(o_rows + {j} * so_h + rn[None, :], o, mask=o_ok)")
+    """hc_post over column chunks of the tile: one chunk's hc stream tiles live at a time (all
+    of them at once took 255 registers and kilobytes of spills at every tile size)."""
+    lines = ["p_rows = post_ptr + rm64 * sp_t", "c_rows = comb_ptr + rm64 * sc_t"]
+    args = "s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i"
+    lines += ["if GEMV:", f"    _hc_post_cols(acc, rn, m_ok, {spec.n_out}, {args})", "else:"]
+    chunks = [("acc", "")]
+    for level in range(1, EPI_LEVELS + 1):
+        halves = []
+        for name, bits in chunks:
+            lines.append(f"    {name}0, {name}1 = _halves({name}, BLOCK_M, BLOCK_N // "
+                         f"{2 ** level})")
+            halves += [(f"{name}0", bits + "0"), (f"{name}1", bits + "1")]
+        chunks = halves
+    width = f"BLOCK_N // {2 ** EPI_LEVELS}"
+    for name, bits in chunks:
+        lines += [f"    cn = pid_n * BLOCK_N + {int(bits, 2)} * ({width}) + tl.arange(0, {width})",
+                  f"    _hc_post_cols({name}, cn, m_ok, {spec.n_out}, {args})"]
     return lines
+
+
+def _hc_post_helpers(spec: MatmulSpec) -> list[str]:
+    """`_halves` (a tile's left and right column halves) and `_hc_post_cols` (hc_post of one
+    column chunk; every stream tile is loaded before any store, so out may alias X)."""
+    n = spec.hc
+    body = [f"x{i} = tl.load(s_rows + {i} * sst_h + cn[None, :], mask=ok, other=0.0)"
+            for i in range(n)]
+    for j in range(n):
+        body.append(f"o = tl.load(p_rows + {j}, mask=m_ok, other=0.0)[:, None] * acc")
+        body += [f"o += tl.load(c_rows + {i} * sc_i + {j}, mask=m_ok, other=0.0)"
+                 f"[:, None] * x{i}" for i in range(n)]
+        body.append(f"tl.store(o_rows + {j} * so_h + cn[None, :], o, mask=ok)")
+    return ["@triton.jit", "def _halves(t, BM: tl.constexpr, W: tl.constexpr):",
+            "    return tl.split(tl.permute(tl.reshape(t, [BM, 2, W]), (0, 2, 1)))", "", "",
+            "@triton.jit",
+            "def _hc_post_cols(acc, cn, m_ok, n_out, s_rows, o_rows, p_rows, c_rows, sst_h, so_h,",
+            "                  sc_i):",
+            "    ok = m_ok[:, None] & (cn < n_out)[None, :]"] + _indent(body)
 
 
 def _mean_row(spec: MatmulSpec, policy: str) -> list[str]:
@@ -276,6 +305,8 @@ def source(name: str, spec: MatmulSpec, header: str = "") -> str:
     lines = head + ["import triton", "import triton.language as tl", "", ""]
     if spec.prologue == "mean_rmsnorm":
         lines += _norm_kernel(kernel_names(name, spec)[0], spec) + ["", ""]
+    if spec.epilogue == "hc_post":
+        lines += _hc_post_helpers(spec) + ["", ""]
     lines += _gemm_kernel(name, gemm_spec(spec))
     return "\n".join(lines) + "\n"
 
@@ -309,12 +340,11 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
     elif rows <= 64:
         t = Tiles(64, 64, min(128, k_max), 8, 4, 4)
     else:
-        # hc_post keeps hc stream tiles in registers beside the accumulator; swiglu has two
+        # swiglu has two accumulators; hc_post holds a column chunk of hc stream tiles beside
+        # its accumulator (170 registers at 128 x 128, spills at 128 x 256)
         t = Tiles(128, 256, min(64, k_max), 8, 8, 3)
-        if spec.epilogue == "swiglu":
+        if spec.epilogue in ("swiglu", "hc_post"):
             t = Tiles(128, 128, min(64, k_max), 8, 8, 3)
-        if spec.epilogue == "hc_post":
-            t = Tiles(64, 64, min(64, k_max), 8, 4, 4)
     return _fit_smem(spec, t, x_bytes, w_bytes)
 
 

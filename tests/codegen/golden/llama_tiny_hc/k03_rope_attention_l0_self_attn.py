@@ -114,3 +114,96 @@ def k03_rope_attention_l0_self_attn(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(o_ptr + r64[:, None] * so + head[:, None] * HD + dc[None, :],
              out.to(o_ptr.dtype.element_ty), mask=(in_rows & (g < G))[:, None] & dmask[None, :])
+
+
+@triton.jit
+def _chunk(n_keys, splits, BLOCK_N: tl.constexpr):
+    """Keys per split at length n_keys: the keys spread over `splits`, whole key blocks."""
+    return tl.cdiv(tl.cdiv(tl.maximum(n_keys, 1), splits), BLOCK_N) * BLOCK_N
+
+
+@triton.jit
+def _merge_head(acc_ptr, ml_ptr, o_ptr, rh, o_off, splits, active, SP: tl.constexpr,
+                HD: tl.constexpr, DP: tl.constexpr):
+    """o of one (row, head): its `active` splits' partials rescaled to a common max and summed."""
+    sp = tl.arange(0, SP)
+    sp_mask = sp < active
+    ml = ml_ptr + rh * 2 * splits + sp
+    m = tl.load(ml, mask=sp_mask, other=-1e30, cache_modifier=".cg")
+    w = tl.exp2(m - tl.max(m, axis=0))  # [SP]: 0 for splits past `active`
+    l_sum = tl.sum(tl.load(ml + splits, mask=sp_mask, other=0.0, cache_modifier=".cg") * w, axis=0)
+    dc = tl.arange(0, DP)
+    dmask = dc < HD
+    acc = tl.load(acc_ptr + (rh * splits + sp)[:, None] * HD + dc[None, :],
+                  mask=sp_mask[:, None] & dmask[None, :], other=0.0, cache_modifier=".cg")
+    out = tl.sum(acc * w[:, None], axis=0) / l_sum
+    tl.store(o_ptr + o_off + dc, out.to(o_ptr.dtype.element_ty), mask=dmask)
+
+
+@triton.jit
+def k03_rope_attention_l0_self_attn_split(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr, ml_ptr, cnt_ptr, sq, so,
+        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, SP: tl.constexpr,
+        H: tl.constexpr = 4, HKV: tl.constexpr = 2,
+        G: tl.constexpr = 2, GP: tl.constexpr = 16,
+        HD: tl.constexpr = 16, DP: tl.constexpr = 16,
+        BLOCK_N: tl.constexpr = 32, QK_SCALE: tl.constexpr = 0.36067376022224085):
+    r = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    sp = tl.program_id(2)
+    splits = tl.num_programs(2)
+    cur = tl.load(slot_ptr + r)
+    n_keys = tl.load(pos_ptr + r) + 1
+    chunk = _chunk(n_keys, splits, BLOCK_N)
+    lo = sp * chunk
+    hi = tl.minimum(lo + chunk, n_keys)
+    g = tl.arange(0, GP)
+    head = kvh * G + g
+    dc = tl.arange(0, DP)
+    dmask = dc < HD
+    if cur < 0:  # a padding row: split 0 writes its zeros
+        tl.store(o_ptr + r * so + head[:, None] * HD + dc[None, :], tl.zeros((GP, DP), tl.float32),
+                 mask=(sp == 0) & (g < G)[:, None] & dmask[None, :])
+        return
+    if lo >= hi:  # a split past the row's keys
+        return
+    hmask = (g < G)[:, None] & dmask[None, :]
+    q = tl.load(q_ptr + r * sq + head[:, None] * HD + dc[None, :], mask=hmask, other=0.0)
+    q = q.to(kc_ptr.dtype.element_ty)
+
+    # keys lo..hi-1, all visible to the row (decode: its own position is the last key)
+    m_i = tl.full((GP,), -1e30, tl.float32)
+    l_i = tl.zeros((GP,), tl.float32)
+    acc = tl.zeros((GP, DP), tl.float32)
+    n = tl.arange(0, BLOCK_N)
+    k_base = kc_ptr + cur * kc_s0 + kvh * kc_s2
+    v_base = vc_ptr + cur * vc_s0 + kvh * vc_s2
+    for start in range(lo, hi, BLOCK_N):
+        kp = start + n
+        kmask = (kp < hi)[:, None] & dmask[None, :]
+        k = tl.load(k_base + kp[:, None] * kc_s1 + dc[None, :], mask=kmask, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * QK_SCALE
+        s = tl.where((kp < hi)[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_base + kp[:, None] * vc_s1 + dc[None, :], mask=kmask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty), v)
+        m_i = m_new
+    # partials of (row, head, split sp): acc [r, head, sp, :HD], m, l [r, head, 0|1, sp]
+    rh = r * H + head
+    tl.store(acc_ptr + (rh * splits + sp)[:, None] * HD + dc[None, :], acc, mask=hmask)
+    ml = ml_ptr + rh * 2 * splits + sp
+    tl.store(ml, m_i, mask=g < G)
+    tl.store(ml + splits, l_i, mask=g < G)
+
+    # every thread's partials are written before the ticket; the last split merges the group
+    tl.debug_barrier()
+    active = tl.cdiv(n_keys, chunk)
+    ticket = tl.atomic_add(cnt_ptr + r * HKV + kvh, 1, sem="acq_rel")
+    if ticket == active - 1:
+        tl.debug_barrier()
+        tl.store(cnt_ptr + r * HKV + kvh, 0)
+        for gi in range(G):  # a loop, not unrolled: one head's partials live at a time
+            _merge_head(acc_ptr, ml_ptr, o_ptr, r * H + kvh * G + gi, r * so + (kvh * G + gi) * HD,
+                        splits, active, SP, HD, DP)

@@ -11,6 +11,45 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def _halves(t, BM: tl.constexpr, W: tl.constexpr):
+    return tl.split(tl.permute(tl.reshape(t, [BM, 2, W]), (0, 2, 1)))
+
+
+@triton.jit
+def _hc_post_cols(acc, cn, m_ok, n_out, s_rows, o_rows, p_rows, c_rows, sst_h, so_h,
+                  sc_i):
+    ok = m_ok[:, None] & (cn < n_out)[None, :]
+    x0 = tl.load(s_rows + 0 * sst_h + cn[None, :], mask=ok, other=0.0)
+    x1 = tl.load(s_rows + 1 * sst_h + cn[None, :], mask=ok, other=0.0)
+    x2 = tl.load(s_rows + 2 * sst_h + cn[None, :], mask=ok, other=0.0)
+    x3 = tl.load(s_rows + 3 * sst_h + cn[None, :], mask=ok, other=0.0)
+    o = tl.load(p_rows + 0, mask=m_ok, other=0.0)[:, None] * acc
+    o += tl.load(c_rows + 0 * sc_i + 0, mask=m_ok, other=0.0)[:, None] * x0
+    o += tl.load(c_rows + 1 * sc_i + 0, mask=m_ok, other=0.0)[:, None] * x1
+    o += tl.load(c_rows + 2 * sc_i + 0, mask=m_ok, other=0.0)[:, None] * x2
+    o += tl.load(c_rows + 3 * sc_i + 0, mask=m_ok, other=0.0)[:, None] * x3
+    tl.store(o_rows + 0 * so_h + cn[None, :], o, mask=ok)
+    o = tl.load(p_rows + 1, mask=m_ok, other=0.0)[:, None] * acc
+    o += tl.load(c_rows + 0 * sc_i + 1, mask=m_ok, other=0.0)[:, None] * x0
+    o += tl.load(c_rows + 1 * sc_i + 1, mask=m_ok, other=0.0)[:, None] * x1
+    o += tl.load(c_rows + 2 * sc_i + 1, mask=m_ok, other=0.0)[:, None] * x2
+    o += tl.load(c_rows + 3 * sc_i + 1, mask=m_ok, other=0.0)[:, None] * x3
+    tl.store(o_rows + 1 * so_h + cn[None, :], o, mask=ok)
+    o = tl.load(p_rows + 2, mask=m_ok, other=0.0)[:, None] * acc
+    o += tl.load(c_rows + 0 * sc_i + 2, mask=m_ok, other=0.0)[:, None] * x0
+    o += tl.load(c_rows + 1 * sc_i + 2, mask=m_ok, other=0.0)[:, None] * x1
+    o += tl.load(c_rows + 2 * sc_i + 2, mask=m_ok, other=0.0)[:, None] * x2
+    o += tl.load(c_rows + 3 * sc_i + 2, mask=m_ok, other=0.0)[:, None] * x3
+    tl.store(o_rows + 2 * so_h + cn[None, :], o, mask=ok)
+    o = tl.load(p_rows + 3, mask=m_ok, other=0.0)[:, None] * acc
+    o += tl.load(c_rows + 0 * sc_i + 3, mask=m_ok, other=0.0)[:, None] * x0
+    o += tl.load(c_rows + 1 * sc_i + 3, mask=m_ok, other=0.0)[:, None] * x1
+    o += tl.load(c_rows + 2 * sc_i + 3, mask=m_ok, other=0.0)[:, None] * x2
+    o += tl.load(c_rows + 3 * sc_i + 3, mask=m_ok, other=0.0)[:, None] * x3
+    tl.store(o_rows + 3 * so_h + cn[None, :], o, mask=ok)
+
+
 @triton.jit(do_not_specialize=["rows"])
 def k04_linear_hc_post_l0_o(
     x_ptr, w_ptr, out_ptr, stream_ptr, post_ptr, comb_ptr, rows, sx_t, so_t, so_h, sst_t, sst_h,
@@ -43,33 +82,31 @@ def k04_linear_hc_post_l0_o(
     o_ok = m_ok[:, None] & n_ok[None, :]
     o_rows = out_ptr + rm64[:, None] * so_t
     s_rows = stream_ptr + rm64[:, None] * sst_t
-    x0 = tl.load(s_rows + 0 * sst_h + rn[None, :], mask=o_ok, other=0.0)
-    x1 = tl.load(s_rows + 1 * sst_h + rn[None, :], mask=o_ok, other=0.0)
-    x2 = tl.load(s_rows + 2 * sst_h + rn[None, :], mask=o_ok, other=0.0)
-    x3 = tl.load(s_rows + 3 * sst_h + rn[None, :], mask=o_ok, other=0.0)
     p_rows = post_ptr + rm64 * sp_t
     c_rows = comb_ptr + rm64 * sc_t
-    o = tl.load(p_rows + 0, mask=m_ok, other=0.0)[:, None] * acc
-    o += tl.load(c_rows + 0 * sc_i + 0, mask=m_ok, other=0.0)[:, None] * x0
-    o += tl.load(c_rows + 1 * sc_i + 0, mask=m_ok, other=0.0)[:, None] * x1
-    o += tl.load(c_rows + 2 * sc_i + 0, mask=m_ok, other=0.0)[:, None] * x2
-    o += tl.load(c_rows + 3 * sc_i + 0, mask=m_ok, other=0.0)[:, None] * x3
-    tl.store(o_rows + 0 * so_h + rn[None, :], o, mask=o_ok)
-    o = tl.load(p_rows + 1, mask=m_ok, other=0.0)[:, None] * acc
-    o += tl.load(c_rows + 0 * sc_i + 1, mask=m_ok, other=0.0)[:, None] * x0
-    o += tl.load(c_rows + 1 * sc_i + 1, mask=m_ok, other=0.0)[:, None] * x1
-    o += tl.load(c_rows + 2 * sc_i + 1, mask=m_ok, other=0.0)[:, None] * x2
-    o += tl.load(c_rows + 3 * sc_i + 1, mask=m_ok, other=0.0)[:, None] * x3
-    tl.store(o_rows + 1 * so_h + rn[None, :], o, mask=o_ok)
-    o = tl.load(p_rows + 2, mask=m_ok, other=0.0)[:, None] * acc
-    o += tl.load(c_rows + 0 * sc_i + 2, mask=m_ok, other=0.0)[:, None] * x0
-    o += tl.load(c_rows + 1 * sc_i + 2, mask=m_ok, other=0.0)[:, None] * x1
-    o += tl.load(c_rows + 2 * sc_i + 2, mask=m_ok, other=0.0)[:, None] * x2
-    o += tl.load(c_rows + 3 * sc_i + 2, mask=m_ok, other=0.0)[:, None] * x3
-    tl.store(o_rows + 2 * so_h + rn[None, :], o, mask=o_ok)
-    o = tl.load(p_rows + 3, mask=m_ok, other=0.0)[:, None] * acc
-    o += tl.load(c_rows + 0 * sc_i + 3, mask=m_ok, other=0.0)[:, None] * x0
-    o += tl.load(c_rows + 1 * sc_i + 3, mask=m_ok, other=0.0)[:, None] * x1
-    o += tl.load(c_rows + 2 * sc_i + 3, mask=m_ok, other=0.0)[:, None] * x2
-    o += tl.load(c_rows + 3 * sc_i + 3, mask=m_ok, other=0.0)[:, None] * x3
-    tl.store(o_rows + 3 * so_h + rn[None, :], o, mask=o_ok)
+    if GEMV:
+        _hc_post_cols(acc, rn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
+    else:
+        acc0, acc1 = _halves(acc, BLOCK_M, BLOCK_N // 2)
+        acc00, acc01 = _halves(acc0, BLOCK_M, BLOCK_N // 4)
+        acc10, acc11 = _halves(acc1, BLOCK_M, BLOCK_N // 4)
+        acc000, acc001 = _halves(acc00, BLOCK_M, BLOCK_N // 8)
+        acc010, acc011 = _halves(acc01, BLOCK_M, BLOCK_N // 8)
+        acc100, acc101 = _halves(acc10, BLOCK_M, BLOCK_N // 8)
+        acc110, acc111 = _halves(acc11, BLOCK_M, BLOCK_N // 8)
+        cn = pid_n * BLOCK_N + 0 * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
+        _hc_post_cols(acc000, cn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
+        cn = pid_n * BLOCK_N + 1 * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
+        _hc_post_cols(acc001, cn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
+        cn = pid_n * BLOCK_N + 2 * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
+        _hc_post_cols(acc010, cn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
+        cn = pid_n * BLOCK_N + 3 * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
+        _hc_post_cols(acc011, cn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
+        cn = pid_n * BLOCK_N + 4 * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
+        _hc_post_cols(acc100, cn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
+        cn = pid_n * BLOCK_N + 5 * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
+        _hc_post_cols(acc101, cn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
+        cn = pid_n * BLOCK_N + 6 * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
+        _hc_post_cols(acc110, cn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
+        cn = pid_n * BLOCK_N + 7 * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
+        _hc_post_cols(acc111, cn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
