@@ -281,7 +281,7 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     for t in (x, fn, y, post, comb):
         assert t.stride(-1) == 1, "last dims must be contiguous"
     assert base.is_contiguous() and scale.is_contiguous()
-    fused, proj, finish = kernels
+    one, proj, finish = kernels
     b, nsplit = _blocks(spec), splits(spec, rows)
     row_blocks = triton.cdiv(rows, BLOCK_T)
     rows_pad = row_blocks * BLOCK_T
@@ -292,7 +292,7 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
             x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),
             comb.stride(1))
     if fused:
-        fused[(row_blocks, nsplit)](*args, count, num_warps=FINISH_WARPS)
+        one[(row_blocks, nsplit)](*args, count, num_warps=FINISH_WARPS)
         return
     proj[(row_blocks, nsplit)](*args, num_warps=PROJ_WARPS)
     finish[(rows,)](*args, num_warps=FINISH_WARPS)
