@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters import attention as attention_emitter
 from hyperloom.codegen.emitters.attention import (
     MAX_SPLITS,
     AttentionSpec,
@@ -349,6 +350,15 @@ def test_split_decode(gqa: tuple[int, int, int], block_size: int, max_splits: in
                 capacity=300, seed=block_size + max_splits + gqa[0])
     assert splits(300, max_splits) == min(max_splits, 10)
     step.check_cpu(seq_rows=1, part=step.scratch(max_splits))
+
+
+@pytest.mark.parametrize("sms", [1, 3])
+def test_split_decode_fewer_splits_when_wide(sms: int, monkeypatch) -> None:
+    # a wide step launches fewer splits than its scratch holds: 5 rows x 2 kv heads over
+    # 4 * sms programs -> 1 or 2 of 4 splits, partials packed by the launched count
+    monkeypatch.setattr(attention_emitter, "SMS", sms)
+    step = Step(spec_for(*GQA[1]), SPLIT_SLOTS, SPLIT_POS, slots=4, capacity=300, seed=sms)
+    step.check_cpu(seq_rows=1, part=step.scratch(4))
 
 
 def test_split_scratch_reused_at_shorter_lengths() -> None:

@@ -42,6 +42,7 @@ from hyperloom.config import CONFIG
 BLOCK_N = 64  # keys per iteration
 SPLIT_N, SPLIT_WARPS = 32, 8  # split-KV: keys per iteration and warps (sm_90: 128 registers)
 MAX_SPLITS = 32  # key-range splits of a decode launch (8 kv heads, one row: 256 programs)
+SMS = 132  # H200 multiprocessors: a wide decode step takes fewer splits
 PREFILL_M = 64  # stacked (row, head) query rows per program for a prefill chunk
 LOG2E = 1.4426950408889634
 
@@ -452,6 +453,9 @@ def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torch
     assert acc.shape == (acc.shape[0], spec.heads, n, spec.head_dim) and acc.shape[0] >= rows \
         and ml.shape == (acc.shape[0], spec.heads, 2, n) \
         and tuple(count.shape) == (acc.shape[0], spec.kv_heads), "attention scratch does not fit"
+    # fewer splits when rows x kv heads already fill the GPU (the partials stay packed per
+    # launch: the kernel indexes them by its own split count)
+    n = min(n, max(1, triton.cdiv(4 * SMS, rows * spec.kv_heads)))
     kernel[(rows, spec.kv_heads, n)](q, k_cache, v_cache, pos, slot, o, acc, ml, count,
                                      q.stride(0), o.stride(0), *k_cache.stride()[:3],
                                      *v_cache.stride()[:3], *table,
