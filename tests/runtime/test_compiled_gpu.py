@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import hyperloom
+from hyperloom.config import CONFIG
 from hyperloom.models.random_weights import random_weights
 from tests.tolerances import REL, assert_rel
 
@@ -65,3 +66,15 @@ def test_cuda_graph_batch_equals_sequences_alone():
         s = alone.new_sequence()
         alone.prefill(s, p)
         assert_rel(batched[i], alone.decode([s], [11 + i])[0], 1e-2, f"sequence {i}")
+
+
+@pytest.mark.parametrize("config", ["tiny-hc", "bench"])
+def test_paged_cache_matches_fp32_reference(config, monkeypatch):
+    # the same checks with the KV cache in 16-token blocks (block tables, split-KV over pages)
+    monkeypatch.setattr(CONFIG, "kv_block_size", 16)
+    test_bf16_prefill_and_replayed_decode_match_fp32_reference(config)
+
+
+def test_paged_cuda_graph_batch_equals_sequences_alone(monkeypatch):
+    monkeypatch.setattr(CONFIG, "kv_block_size", 16)
+    test_cuda_graph_batch_equals_sequences_alone()
