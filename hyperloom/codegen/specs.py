@@ -4,7 +4,7 @@ node and its operand types (no tensors needed, so plans and sources can be dumpe
 from __future__ import annotations
 
 from hyperloom.config import CONFIG
-from hyperloom.codegen.emitters import attention, embedding, hc_pre, matmul
+from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, matmul
 from hyperloom.ir.graph import Node
 from hyperloom.ir.ops import Op
 
@@ -39,3 +39,7 @@ def attention_spec(node: Node, types: dict) -> attention.AttentionSpec:
     # ROPE_ATTENTION's KV cache is paged whenever the runtime pages (same knob, same value)
     return attention.AttentionSpec(at.heads, at.kv_heads, at.head_dim, at.scale, rope=True,
                                    block_size=CONFIG.kv_block_size)
+
+
+def kda_spec(node: Node, types: dict) -> kda.KDASpec:
+    return kda.KDASpec(node.attrs.heads, node.attrs.head_dim)

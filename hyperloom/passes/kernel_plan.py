@@ -16,7 +16,7 @@ EMITTER_OF: dict[Op, str] = {
     Op.EMBEDDING: "embedding", Op.EMBED_STREAMS: "embedding",
     Op.LINEAR: "matmul", Op.LM_HEAD: "matmul", Op.NORM_LINEAR: "matmul",
     Op.SWIGLU_LINEAR: "matmul", Op.LINEAR_RESIDUAL: "matmul", Op.LINEAR_HC_POST: "matmul",
-    Op.HC_PRE: "hc_pre", Op.ROPE_ATTENTION: "attention",
+    Op.HC_PRE: "hc_pre", Op.ROPE_ATTENTION: "attention", Op.KDA: "kda",
 }
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
@@ -26,6 +26,7 @@ GRIDS = {
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
     "hc_pre": "(cdiv(R, BT), splits) [; finish (R,)]",
     "attention": "rope_kv (R,) ; split (R, kv_heads, S) or attend",
+    "kda": "(R, heads, d / BV)",
     INTERPRETER: "host",
 }
 

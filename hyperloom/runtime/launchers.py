@@ -10,8 +10,14 @@ from dataclasses import dataclass, field
 import torch
 
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters import attention, embedding, hc_pre, matmul
-from hyperloom.codegen.specs import attention_spec, embedding_spec, hc_pre_spec, matmul_spec
+from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, matmul
+from hyperloom.codegen.specs import (
+    attention_spec,
+    embedding_spec,
+    hc_pre_spec,
+    kda_spec,
+    matmul_spec,
+)
 from hyperloom.ir.ops import Op
 from hyperloom.ir.semantics import EVAL, Ctx
 from hyperloom.ir.semantics.dense import rope_inv_freq
@@ -105,6 +111,15 @@ def _attention(entry: KernelEntry, o: Operands, device) -> Launch:
         q_out=q_out, o=out, rows=rows, seq_rows=seq_rows, block_table=table, part=part)
 
 
+def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
+    node, spec = entry.node, kda_spec(entry.node, o.types)
+    kern = load(o.source(entry), entry.name, device)
+    q, k, v, g, b, slot, _ = (o[a] for a in node.args)
+    state, out = o.state[node.attrs.state + ".recurrent"], o[node.outs[0]]
+    return lambda rows, _: kda.launch(kern, spec, q=q, k=k, v=v, g=g, b=b, slot=slot,
+                                      state=state, out=out, rows=rows)
+
+
 def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
     """Reference semantics on the arena tensors: fp32 math, results cast into their buffers.
     Padding rows (slot -1, always the tail of a bucket) are left out: they own no state."""
@@ -124,4 +139,4 @@ def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
 
 
 BUILDERS = {"matmul": _matmul, "hc_pre": _hc_pre, "embedding": _embedding,
-            "attention": _attention, "interpreter": _interpreter}
+            "attention": _attention, "kda": _kda, "interpreter": _interpreter}

@@ -156,7 +156,8 @@ def test_arena_is_smaller_than_the_naive_sum(model, config):
 def test_glm_plan_names_its_interpreter_fallbacks():
     comp = _plan("glm5next", "tiny")
     ops = {k.node.op for k in comp.plan.fallbacks}
-    assert {Op.KDA, Op.KDA_CONV, Op.DSA_INDEX, Op.MLA_ATTENTION, Op.MOE_EXPERTS} <= ops
+    assert {Op.KDA_CONV, Op.DSA_INDEX, Op.MLA_ATTENTION, Op.MOE_EXPERTS} <= ops
+    assert Op.KDA not in ops and any(k.emitter == "kda" for k in comp.plan.kernels)
     assert "on the interpreter" in comp.plan.text() and "interpreter" in comp.plan.text()
 
 

@@ -1,0 +1,102 @@
+"""KDA recurrence (`hyperloom.ir.semantics.kda.kda`): the per-token delta rule over each
+sequence's fp32 state, for decode and verify rows (and prefill in its recurrent form).
+
+Inputs q, k, v, g [rows, heads*d] (act dtype or fp32; g is the log decay, per channel), b
+[rows, heads] (beta logits), slot int64 [rows]; state fp32 [slots, heads, d, d] (dk x dv), read
+and written in place; out [rows, heads*d].
+
+Grid (rows, heads, d / BV). Every column block of S^T is independent (decay scales rows, the
+delta rule and the output are per column), so a program owns S[:, block] of one head: the
+first row of each sequence's run in the step loads it once, walks the run's tokens in order
+(l2norm q and k, q * d^-1/2, S = exp(g) S, delta = sigmoid(b) (v - S^T k), S += k delta^T,
+o = S^T q) and stores it once. Programs of a run's later rows and of padding rows (slot < 0)
+return at once. Rows of a sequence are contiguous in a step (`ir.state.segments`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hyperloom.codegen.emitters.loops import runtime_loop
+
+BV = 32  # state columns (dv) per program: a [d, BV] fp32 tile, 32 registers a thread at d = 128
+
+
+@dataclass(frozen=True)
+class KDASpec:
+    heads: int
+    head_dim: int
+
+    def __post_init__(self) -> None:
+        d = self.head_dim
+        assert d >= 16 and d & (d - 1) == 0, "head_dim: a power of two >= 16"
+
+
+def _comment(header: str) -> str:
+    return "".join(f"# {line}\n" for line in header.splitlines())
+
+
+def source(name: str, spec: KDASpec, header: str = "") -> str:
+    head, tail = runtime_loop("i", "r", "stop", "1", " " * 4)
+    return f'''{_comment(header)}import triton
+import triton.language as tl
+
+
+@triton.jit
+def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
+        sq, sk, sv, sg, sb, so, st_slot, st_head,
+        H: tl.constexpr = {spec.heads}, D: tl.constexpr = {spec.head_dim},
+        BV: tl.constexpr = {min(BV, spec.head_dim)},
+        Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}):
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    c = tl.program_id(2) * BV + tl.arange(0, BV)  # this program's state columns (dv)
+    kk = tl.arange(0, D)  # state rows (dk)
+    s = tl.load(slot_ptr + r)
+    prev = tl.load(slot_ptr + r - 1, mask=r > 0, other=-1)
+    if (s < 0) | (prev == s):  # padding, or not the first row of its sequence's run
+        return
+    st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
+    S = tl.load(st)  # [D, BV] fp32
+    # the run: rows r.. while the slot stays s (stop: one past its last row)
+    stop = r + 1
+    while (stop < rows) & (tl.load(slot_ptr + stop, mask=stop < rows, other=-1) == s):
+        stop += 1
+{head}        row = i.to(tl.int64)
+        q = tl.load(q_ptr + row * sq + h * D + kk).to(tl.float32)
+        k = tl.load(k_ptr + row * sk + h * D + kk).to(tl.float32)
+        q = q / tl.sqrt(tl.sum(q * q, axis=0) + 1e-6) * Q_SCALE
+        k = k / tl.sqrt(tl.sum(k * k, axis=0) + 1e-6)
+        v = tl.load(v_ptr + row * sv + h * D + c).to(tl.float32)
+        g = tl.load(g_ptr + row * sg + h * D + kk).to(tl.float32)
+        beta = tl.sigmoid(tl.load(b_ptr + row * sb + h).to(tl.float32))
+        S = S * tl.exp(g)[:, None]
+        delta = beta * (v - tl.sum(S * k[:, None], axis=0))  # [BV]
+        S = S + k[:, None] * delta[None, :]
+        o = tl.sum(S * q[:, None], axis=0)
+        tl.store(o_ptr + row * so + h * D + c, o.to(o_ptr.dtype.element_ty))
+{tail}    tl.store(st, S)
+'''
+
+
+def launch(kernel, spec: KDASpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           g: torch.Tensor, b: torch.Tensor, slot: torch.Tensor, state: torch.Tensor,
+           out: torch.Tensor, rows: int) -> None:
+    """The first `rows` rows; each sequence's rows contiguous and in position order."""
+    h, d = spec.heads, spec.head_dim
+    if tuple(state.shape[1:]) != (h, d, d) or state.dtype != torch.float32 \
+            or not state.is_contiguous():
+        raise ValueError(f"KDA state: contiguous fp32 [slots, {h}, {d}, {d}], got "
+                         f"{state.dtype} {tuple(state.shape)}")
+    for name, t, width in (("q", q, h * d), ("k", k, h * d), ("v", v, h * d), ("g", g, h * d),
+                           ("b", b, h), ("out", out, h * d)):
+        if t.shape[-1] != width or t.stride(-1) != 1:
+            raise ValueError(f"KDA {name}: last dim {width} contiguous, got {tuple(t.shape)}")
+    if rows == 0:
+        return
+    bv = min(BV, d)
+    kernel[(rows, h, d // bv)](q, k, v, g, b, slot, state, out, rows, q.stride(0), k.stride(0),
+                               v.stride(0), g.stride(0), b.stride(0), out.stride(0),
+                               state.stride(0), state.stride(1), num_warps=4)

@@ -1,0 +1,114 @@
+"""The KDA recurrence emitter against semantics.kda.kda (fp64): runs of 1 to 5 tokens of
+several sequences in one step (decode rows, verify rows, a prefill in recurrent form), padding
+rows, state columns split over programs, the state read and written in place with the other
+slots untouched, and a run split over two steps equal to one step. CPU: Triton's interpreter in
+fp32; GPU (`gpu` mark): bf16 inputs at GLM-5.3 width (64 heads x 128) on the H200."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters.kda import KDASpec, launch, source
+from hyperloom.ir import ops
+from hyperloom.ir.semantics import Ctx, kda
+from hyperloom.ir.state import StateStore, segments
+from hyperloom.ir.types import StateDecl, StateKind, TensorType
+from tests.tolerances import assert_close, assert_rel
+
+SLOTS = 5
+
+
+class Step:
+    """Fresh random inputs (g in (-5, 0), as GLM's gate gives) and a random fp32 state."""
+
+    def __init__(self, spec: KDASpec, slot: list[int], device: str, dtype: torch.dtype,
+                 seed: int) -> None:
+        self.spec, self.device = spec, device
+        gen = torch.Generator().manual_seed(seed)
+        t, hd = len(slot), spec.heads * spec.head_dim
+
+        def rand(*shape, scale=1.0):
+            return (torch.randn(shape, generator=gen) * scale).to(device, dtype)
+
+        self.q, self.k, self.v = rand(t, hd), rand(t, hd), rand(t, hd)
+        self.g = (-5 * torch.sigmoid(torch.randn((t, hd), generator=gen))).to(device, dtype)
+        self.b = rand(t, spec.heads, scale=2.0)
+        self.slot = torch.tensor(slot, dtype=torch.int64, device=device)
+        self.slots = max(SLOTS, max(slot) + 1)
+        self.state = (torch.randn((self.slots, spec.heads, spec.head_dim, spec.head_dim),
+                                  generator=gen) * 0.3).to(device)
+        self.out = torch.full((t, hd), float("nan"), dtype=dtype, device=device)
+
+    def run(self, state: torch.Tensor, rows: slice | None = None) -> None:
+        rows = rows or slice(0, self.q.shape[0])
+        kernel = load(source("kda", self.spec, header="test"), "kda", self.device)
+        launch(kernel, self.spec, q=self.q[rows], k=self.k[rows], v=self.v[rows],
+               g=self.g[rows], b=self.b[rows], slot=self.slot[rows], state=state,
+               out=self.out[rows], rows=rows.stop - rows.start)
+
+    def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out of the live rows, the state after the step)."""
+        s, live = self.spec, self.slot >= 0
+        slot = self.slot[live]
+        pos = torch.zeros_like(slot)
+        for i in range(1, len(slot)):  # consecutive positions within each run
+            pos[i] = pos[i - 1] + 1 if slot[i] == slot[i - 1] else 0
+        decl = TensorType.make(torch.float32, s.heads, s.head_dim, s.head_dim)
+        store = StateStore((StateDecl("a.recurrent", StateKind.FIXED, decl),), self.slots, 1,
+                           self.device, dtype)
+        store["a.recurrent"].copy_(self.state)
+        at = ops.KDAAttrs(s.heads, s.head_dim, "a")
+        args = [t[live].to(dtype) for t in (self.q, self.k, self.v, self.g, self.b)]
+        out = kda.kda(Ctx(dtype, store, segments(slot, pos)), at, *args, slot, pos)
+        return out, store["a.recurrent"]
+
+
+# runs: slot 2 x3 (verify rows), 0 x1, padding, 4 x5 (a prefill), 1 x1; slot 3 untouched
+SLOT_ROWS = [2, 2, 2, 0, 4, 4, 4, 4, 4, 1, -1]
+
+
+@pytest.mark.parametrize("heads,head_dim", [(2, 16), (3, 64)])  # one and two column blocks
+def test_kda_recurrence(heads: int, head_dim: int) -> None:
+    step = Step(KDASpec(heads, head_dim), SLOT_ROWS, "cpu", torch.float32, seed=heads)
+    state = step.state.clone()
+    step.run(state)
+    out, want = step.reference(torch.float64)
+    live = step.slot >= 0
+    assert_close(step.out[live], out, torch.float32, "out")
+    assert_close(state, want, torch.float32, "state")
+    assert step.out[~live].isnan().all(), "a padding row was written"
+    assert torch.equal(state[3], step.state[3]), "an idle slot's state changed"
+
+
+def test_kda_run_split_over_two_steps() -> None:
+    # slot 4's five rows as 2 + 3 rows in two launches == one launch of all five
+    spec = KDASpec(2, 32)
+    step = Step(spec, [4] * 5, "cpu", torch.float32, seed=9)
+    whole = step.state.clone()
+    step.run(whole)
+    one = step.out.clone()
+    parts = step.state.clone()
+    step.run(parts, slice(0, 2))
+    step.run(parts, slice(2, 5))
+    assert_close(step.out, one, torch.float32, "out over two steps")
+    assert_close(parts, whole, torch.float32, "state over two steps")
+
+
+def test_kda_bad_state_is_refused() -> None:
+    step = Step(KDASpec(2, 16), [0], "cpu", torch.float32, seed=1)
+    with pytest.raises(ValueError, match="KDA state"):
+        step.run(step.state[:, :, :, :8].contiguous())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("slot", [[0], list(range(16)), [3] * 8 + [1, 1]])  # decode, batch, verify
+def test_kda_recurrence_gpu(slot: list[int]) -> None:
+    spec = KDASpec(64, 128)
+    step = Step(spec, slot, "cuda", torch.bfloat16, seed=len(slot))
+    state = step.state.clone()
+    step.run(state)
+    out, want = step.reference(torch.float32)
+    assert_rel(step.out.float(), out, 1e-2, "out")
+    assert_rel(state, want, 1e-3, "state")
