@@ -3,11 +3,12 @@ kernel-plan entry into deterministic Triton source whose header lists what it fu
 
 from __future__ import annotations
 
-from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, matmul
+from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, kda_conv, matmul
 from hyperloom.codegen.specs import (
     attention_spec,
     embedding_spec,
     hc_pre_spec,
+    kda_conv_spec,
     kda_spec,
     matmul_spec,
 )
@@ -18,7 +19,7 @@ from hyperloom.passes.kernel_plan import INTERPRETER, KernelEntry
 EMITTERS = {  # emitter kind -> (spec from the node and operand types, its module)
     "matmul": (matmul_spec, matmul), "hc_pre": (hc_pre_spec, hc_pre),
     "embedding": (embedding_spec, embedding), "attention": (attention_spec, attention),
-    "kda": (kda_spec, kda),
+    "kda": (kda_spec, kda), "kda_conv": (kda_conv_spec, kda_conv),
 }
 
 

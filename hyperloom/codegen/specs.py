@@ -4,7 +4,7 @@ node and its operand types (no tensors needed, so plans and sources can be dumpe
 from __future__ import annotations
 
 from hyperloom.config import CONFIG
-from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, matmul
+from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, kda_conv, matmul
 from hyperloom.ir.graph import Node
 from hyperloom.ir.ops import Op
 
@@ -43,3 +43,7 @@ def attention_spec(node: Node, types: dict) -> attention.AttentionSpec:
 
 def kda_spec(node: Node, types: dict) -> kda.KDASpec:
     return kda.KDASpec(node.attrs.heads, node.attrs.head_dim)
+
+
+def kda_conv_spec(node: Node, types: dict) -> kda_conv.ConvSpec:
+    return kda_conv.ConvSpec(int(types[node.args[0]].shape[1]), node.attrs.kernel)

@@ -17,6 +17,7 @@ EMITTER_OF: dict[Op, str] = {
     Op.LINEAR: "matmul", Op.LM_HEAD: "matmul", Op.NORM_LINEAR: "matmul",
     Op.SWIGLU_LINEAR: "matmul", Op.LINEAR_RESIDUAL: "matmul", Op.LINEAR_HC_POST: "matmul",
     Op.HC_PRE: "hc_pre", Op.ROPE_ATTENTION: "attention", Op.KDA: "kda",
+    Op.KDA_CONV: "kda_conv",
 }
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
@@ -27,6 +28,7 @@ GRIDS = {
     "hc_pre": "(cdiv(R, BT), splits) [; finish (R,)]",
     "attention": "rope_kv (R,) ; split (R, kv_heads, S) or attend",
     "kda": "(R, heads, d / BV)",
+    "kda_conv": "(R, 3 * cdiv(C, BC))",
     INTERPRETER: "host",
 }
 

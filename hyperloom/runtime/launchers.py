@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 import torch
 
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, matmul
+from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, kda_conv, matmul
 from hyperloom.codegen.specs import (
     attention_spec,
     embedding_spec,
     hc_pre_spec,
+    kda_conv_spec,
     kda_spec,
     matmul_spec,
 )
@@ -120,6 +121,17 @@ def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
                                       state=state, out=out, rows=rows)
 
 
+def _kda_conv(entry: KernelEntry, o: Operands, device) -> Launch:
+    node, spec = entry.node, kda_conv_spec(entry.node, o.types)
+    kern = load(o.source(entry), entry.name, device)
+    q, k, v, wq, wk, wv, slot, _ = (o[a] for a in node.args)
+    oq, ok, ov = (o[v] for v in node.outs)
+    window = o.state[node.attrs.state + ".conv"]
+    return lambda rows, _: kda_conv.launch(kern, spec, q=q, k=k, v=v, wq=wq, wk=wk, wv=wv,
+                                           slot=slot, window=window, oq=oq, ok=ok, ov=ov,
+                                           rows=rows)
+
+
 def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
     """Reference semantics on the arena tensors: fp32 math, results cast into their buffers.
     Padding rows (slot -1, always the tail of a bucket) are left out: they own no state."""
@@ -139,4 +151,5 @@ def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
 
 
 BUILDERS = {"matmul": _matmul, "hc_pre": _hc_pre, "embedding": _embedding,
-            "attention": _attention, "kda": _kda, "interpreter": _interpreter}
+            "attention": _attention, "kda": _kda,
+            "kda_conv": _kda_conv, "interpreter": _interpreter}

@@ -11,6 +11,9 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.kda import KDASpec, launch, source
+from hyperloom.codegen.emitters.kda_conv import ConvSpec
+from hyperloom.codegen.emitters.kda_conv import launch as conv_launch
+from hyperloom.codegen.emitters.kda_conv import source as conv_source
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, kda
 from hyperloom.ir.state import StateStore, segments
@@ -112,3 +115,88 @@ def test_kda_recurrence_gpu(slot: list[int]) -> None:
     out, want = step.reference(torch.float32)
     assert_rel(step.out.float(), out, 1e-2, "out")
     assert_rel(state, want, 1e-3, "state")
+
+
+# ---------------------------------------------------------------- causal depthwise conv
+
+
+class ConvStep:
+    """Random q, k, v (as column views of one buffer, as the merged projection leaves them),
+    conv weights and windows; NaN-poisoned outputs."""
+
+    def __init__(self, spec: ConvSpec, slot: list[int], device: str, dtype: torch.dtype,
+                 seed: int) -> None:
+        self.spec, self.device = spec, device
+        gen = torch.Generator().manual_seed(seed)
+        t, c, kn = len(slot), spec.channels, spec.kernel
+        qkv = (torch.randn((t, 3 * c + 5), generator=gen)).to(device, dtype)
+        self.q, self.k, self.v = qkv[:, :c], qkv[:, c: 2 * c], qkv[:, 2 * c: 3 * c]
+        self.w = [(torch.randn((c, 1, kn), generator=gen) * 0.5).to(device) for _ in range(3)]
+        self.slot = torch.tensor(slot, dtype=torch.int64, device=device)
+        self.slots = max(SLOTS, max(slot) + 1)
+        self.window = torch.randn((self.slots, 3 * c, kn - 1), generator=gen).to(device)
+        self.out = [torch.full((t, c), float("nan"), dtype=dtype, device=device)
+                    for _ in range(3)]
+
+    def run(self, window: torch.Tensor, rows: slice | None = None) -> None:
+        rows = rows or slice(0, self.q.shape[0])
+        kernel = load(conv_source("kc", self.spec, header="test"), "kc", self.device)
+        conv_launch(kernel, self.spec, q=self.q[rows], k=self.k[rows], v=self.v[rows],
+                    wq=self.w[0], wk=self.w[1], wv=self.w[2], slot=self.slot[rows],
+                    window=window, oq=self.out[0][rows], ok=self.out[1][rows],
+                    ov=self.out[2][rows], rows=rows.stop - rows.start)
+
+    def reference(self, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        s, live = self.spec, self.slot >= 0
+        slot = self.slot[live]
+        pos = torch.zeros_like(slot)
+        for i in range(1, len(slot)):
+            pos[i] = pos[i - 1] + 1 if slot[i] == slot[i - 1] else 0
+        decl = TensorType.make(torch.float32, 3 * s.channels, s.kernel - 1)
+        store = StateStore((StateDecl("a.conv", StateKind.FIXED, decl),), self.slots, 1,
+                           self.device, dtype)
+        store["a.conv"].copy_(self.window)
+        at = ops.KDAConvAttrs(s.kernel, "a")
+        x = [t[live].to(dtype) for t in (self.q, self.k, self.v)]
+        out = kda.kda_conv(Ctx(dtype, store, segments(slot, pos)), at, *x,
+                           *[w.to(dtype) for w in self.w], slot, pos)
+        return out, store["a.conv"]
+
+
+@pytest.mark.parametrize("channels,kernel", [(48, 4), (200, 3)])  # one and two channel blocks
+def test_kda_conv(channels: int, kernel: int) -> None:
+    step = ConvStep(ConvSpec(channels, kernel), SLOT_ROWS, "cpu", torch.float32, seed=channels)
+    window = step.window.clone()
+    step.run(window)
+    out, want = step.reference(torch.float64)
+    live = step.slot >= 0
+    for name, got, ref in zip("qkv", step.out, out):
+        assert_close(got[live], ref, torch.float32, f"conv {name}")
+        assert got[~live].isnan().all(), f"conv {name}: a padding row was written"
+    assert_close(window, want, torch.float32, "window")
+    assert torch.equal(window[3], step.window[3]), "an idle slot's window changed"
+
+
+def test_kda_conv_run_split_over_two_steps() -> None:
+    step = ConvStep(ConvSpec(32, 4), [4] * 5, "cpu", torch.float32, seed=3)
+    whole = step.window.clone()
+    step.run(whole)
+    one = [o.clone() for o in step.out]
+    parts = step.window.clone()
+    step.run(parts, slice(0, 2))
+    step.run(parts, slice(2, 5))
+    for name, got, ref in zip("qkv", step.out, one):
+        assert_close(got, ref, torch.float32, f"conv {name} over two steps")
+    assert_close(parts, whole, torch.float32, "window over two steps")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("slot", [[0], list(range(16)), [3] * 8 + [1, 1]])
+def test_kda_conv_gpu(slot: list[int]) -> None:
+    step = ConvStep(ConvSpec(64 * 128, 4), slot, "cuda", torch.bfloat16, seed=len(slot))
+    window = step.window.clone()
+    step.run(window)
+    out, want = step.reference(torch.float32)
+    for name, got, ref in zip("qkv", step.out, out):
+        assert_rel(got.float(), ref, 1e-2, f"conv {name}")
+    assert_rel(window, want, 1e-2, "window")

@@ -156,8 +156,9 @@ def test_arena_is_smaller_than_the_naive_sum(model, config):
 def test_glm_plan_names_its_interpreter_fallbacks():
     comp = _plan("glm5next", "tiny")
     ops = {k.node.op for k in comp.plan.fallbacks}
-    assert {Op.KDA_CONV, Op.DSA_INDEX, Op.MLA_ATTENTION, Op.MOE_EXPERTS} <= ops
-    assert Op.KDA not in ops and any(k.emitter == "kda" for k in comp.plan.kernels)
+    assert {Op.KDA_GATE, Op.DSA_INDEX, Op.MLA_ATTENTION, Op.MOE_EXPERTS} <= ops
+    emitters = {k.emitter for k in comp.plan.kernels}
+    assert not {Op.KDA, Op.KDA_CONV} & ops and {"kda", "kda_conv"} <= emitters
     assert "on the interpreter" in comp.plan.text() and "interpreter" in comp.plan.text()
 
 
