@@ -37,6 +37,7 @@ import torch
 import triton
 
 from hyperloom.codegen.emitters.loops import runtime_loop
+from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
 
 BLOCK_N = 64  # keys per iteration
@@ -66,10 +67,6 @@ class AttentionSpec:
 def kernel_names(name: str) -> tuple[str, str, str]:
     """(rope + KV write, attention, split-KV decode attention) defined by source(name, ...)."""
     return f"{name}_rope_kv", name, f"{name}_split"
-
-
-def _comment(header: str) -> str:
-    return "".join(f"# {line}\n" for line in header.splitlines())
 
 
 def _paged_args(spec: AttentionSpec) -> tuple[str, str]:
@@ -343,7 +340,7 @@ def _merge_head(acc_ptr, ml_ptr, o_ptr, rh, o_off, splits, active, SP: tl.conste
 
 def source(name: str, spec: AttentionSpec, header: str = "") -> str:
     rope_kv, attend, split = kernel_names(name)
-    return (f"{_comment(header)}import triton\nimport triton.language as tl\n\n{_ROTATE}\n"
+    return (f"{comment(header)}import triton\nimport triton.language as tl\n\n{_ROTATE}\n"
             f"{_rope_kv_source(rope_kv, spec)}\n{_attend_source(attend, spec)}\n{_CHUNK}\n"
             f"{_MERGE}\n{_split_source(split, spec)}")
 

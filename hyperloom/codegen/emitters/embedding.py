@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from hyperloom.codegen.emitters.text import comment
+
 
 @dataclass(frozen=True)
 class EmbeddingSpec:
@@ -21,17 +23,13 @@ class EmbeddingSpec:
     to_streams: bool = False
 
 
-def _comment(header: str) -> str:
-    return "".join(f"# {line}\n" for line in header.splitlines())
-
-
 def _block_d(d: int) -> int:
     return min(1024, triton.next_power_of_2(d))
 
 
 def source(name: str, spec: EmbeddingSpec, header: str = "") -> str:
     n = spec.streams if spec.to_streams else 1
-    return f'''{_comment(header)}import triton
+    return f'''{comment(header)}import triton
 import triton.language as tl
 
 

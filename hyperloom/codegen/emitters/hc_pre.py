@@ -26,6 +26,7 @@ import torch
 import triton
 
 from hyperloom.codegen.emitters.loops import runtime_loop
+from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
 
 BLOCK_T = 16  # rows per projection program; tl.dot needs M >= 16
@@ -62,10 +63,6 @@ class HCPreSpec:
 def kernel_names(name: str) -> tuple[str, str, str]:
     """(one-launch kernel, projection kernel, finish kernel) defined by source(name, ...)."""
     return name, f"{name}_proj", f"{name}_finish"
-
-
-def _comment(header: str) -> str:
-    return "".join(f"# {line}\n" for line in header.splitlines())
 
 
 def _wrap(head: str, items: list[str], tail: str, indent: int) -> str:
@@ -250,7 +247,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
-    return (f"{_comment(header)}import triton\nimport triton.language as tl\n\n"
+    return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
             f"{_partials_source()}\n{_finish_row_source(spec)}\n{_kernels_source(name, spec)}")
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from hyperloom.codegen.emitters.loops import runtime_loop
+from hyperloom.codegen.emitters.text import RUN_STOP, comment
 
 BV = 32  # state columns (dv) per program: a [d, BV] fp32 tile, 32 registers a thread at d = 128
 
@@ -34,15 +35,12 @@ class KDASpec:
         assert d >= 16 and d & (d - 1) == 0, "head_dim: a power of two >= 16"
 
 
-def _comment(header: str) -> str:
-    return "".join(f"# {line}\n" for line in header.splitlines())
-
-
 def source(name: str, spec: KDASpec, header: str = "") -> str:
     head, tail = runtime_loop("i", "r", "stop", "1", " " * 4)
-    return f'''{_comment(header)}import triton
+    return f'''{comment(header)}import triton
 import triton.language as tl
 
+{RUN_STOP}
 
 @triton.jit
 def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
@@ -54,16 +52,12 @@ def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
     h = tl.program_id(1)
     c = tl.program_id(2) * BV + tl.arange(0, BV)  # this program's state columns (dv)
     kk = tl.arange(0, D)  # state rows (dk)
-    s = tl.load(slot_ptr + r)
-    prev = tl.load(slot_ptr + r - 1, mask=r > 0, other=-1)
-    if (s < 0) | (prev == s):  # padding, or not the first row of its sequence's run
+    stop = _run_stop(slot_ptr, r, rows)
+    if stop == r:  # padding, or not the first row of its sequence's run
         return
+    s = tl.load(slot_ptr + r)
     st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
     S = tl.load(st)  # [D, BV] fp32
-    # the run: rows r.. while the slot stays s (stop: one past its last row)
-    stop = r + 1
-    while (stop < rows) & (tl.load(slot_ptr + stop, mask=stop < rows, other=-1) == s):
-        stop += 1
 {head}        row = i.to(tl.int64)
         q = tl.load(q_ptr + row * sq + h * D + kk).to(tl.float32)
         k = tl.load(k_ptr + row * sk + h * D + kk).to(tl.float32)

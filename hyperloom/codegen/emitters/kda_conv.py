@@ -15,10 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from hyperloom.codegen.emitters.loops import runtime_loop
-
-
-def _comment(header: str) -> str:
-    return "".join(f"# {line}\n" for line in header.splitlines())
+from hyperloom.codegen.emitters.text import RUN_STOP, comment
 
 
 CONV_BC = 128  # channels per conv program
@@ -47,9 +44,10 @@ def source(name: str, spec: ConvSpec, header: str = "") -> str:
     picks = "".join(f'''    if part == {p}:
         x_ptr, sx, w_ptr, o_ptr, so = {n}_ptr, s{n}, w{n}_ptr, o{n}_ptr, so{n}
 ''' for p, n in ((1, "k"), (2, "v")))
-    return f'''{_comment(header)}import triton
+    return f'''{comment(header)}import triton
 import triton.language as tl
 
+{RUN_STOP}
 
 @triton.jit
 def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_ptr, ok_ptr, ov_ptr,
@@ -60,16 +58,13 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
     part = tl.program_id(1) // blocks  # 0: q, 1: k, 2: v
     c = (tl.program_id(1) % blocks) * BC + tl.arange(0, BC)
     cm = c < C
-    s = tl.load(slot_ptr + r)
-    prev = tl.load(slot_ptr + r - 1, mask=r > 0, other=-1)
-    if (s < 0) | (prev == s):  # padding, or not the first row of its sequence's run
+    stop = _run_stop(slot_ptr, r, rows)
+    if stop == r:  # padding, or not the first row of its sequence's run
         return
+    s = tl.load(slot_ptr + r)
     x_ptr, sx, w_ptr, o_ptr, so = q_ptr, sq, wq_ptr, oq_ptr, soq
 {picks}    win = win_ptr + s * sw_slot + (part * C + c) * (K - 1)
-{load_h}{load_w}    stop = r + 1
-    while (stop < rows) & (tl.load(slot_ptr + stop, mask=stop < rows, other=-1) == s):
-        stop += 1
-{head}        row = i.to(tl.int64)
+{load_h}{load_w}{head}        row = i.to(tl.int64)
         x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0).to(tl.float32)
         y = {dot}
         tl.store(o_ptr + row * so + c, (y * tl.sigmoid(y)).to(o_ptr.dtype.element_ty), mask=cm)

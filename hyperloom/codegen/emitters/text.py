@@ -1,0 +1,26 @@
+"""Source-text pieces every emitter's generated module shares."""
+
+from __future__ import annotations
+
+
+def comment(header: str) -> str:
+    """The kernel header as leading comment lines (the cache strips them: `cache.canonical`)."""
+    return "".join(f"# {line}\n" for line in header.splitlines())
+
+
+# The run a program serves (`emitters.kda`, `emitters.kda_conv`): a step's rows of one sequence
+# are contiguous (`ir.state.segments`), so the program of a run's first row does the whole run.
+RUN_STOP = '''
+@triton.jit
+def _run_stop(slot_ptr, r, rows):
+    """One past the last row of the run that starts at row r; r when row r is padding (slot < 0)
+    or not the first row of its run, so its program has nothing to do."""
+    s = tl.load(slot_ptr + r)
+    prev = tl.load(slot_ptr + r - 1, mask=r > 0, other=-1)
+    stop = r
+    if (s >= 0) & (prev != s):
+        stop = r + 1
+        while (stop < rows) & (tl.load(slot_ptr + stop, mask=stop < rows, other=-1) == s):
+            stop += 1
+    return stop
+'''
