@@ -26,7 +26,7 @@ import torch
 import triton
 
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import comment
+from hyperloom.codegen.emitters.text import comment, wrap
 from hyperloom.config import CONFIG
 
 BLOCK_T = 16  # rows per projection program; tl.dot needs M >= 16
@@ -63,18 +63,6 @@ class HCPreSpec:
 def kernel_names(name: str) -> tuple[str, str, str]:
     """(one-launch kernel, projection kernel, finish kernel) defined by source(name, ...)."""
     return name, f"{name}_proj", f"{name}_finish"
-
-
-def _wrap(head: str, items: list[str], tail: str, indent: int) -> str:
-    """head + items joined by ", " + tail, broken between items into lines of <= 100 columns."""
-    lines, line = [], head
-    for i, item in enumerate(items):
-        piece = item + (", " if i + 1 < len(items) else tail)
-        if len(line) + len(piece.rstrip()) > 100:
-            lines.append(line.rstrip())
-            line = " " * indent
-        line += piece
-    return "\n".join(lines + [line])
 
 
 def _indent(text: str, by: int) -> str:
@@ -218,12 +206,12 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     row_args = ("x_ptr base_ptr scale_ptr y_ptr post_ptr comb_ptr part_ptr rows_pad splits "
                 "sx_row sx_stream sy_row spost_row scomb_row scomb_i N D J NP JP SB BLOCK_Y "
                 "NORM_EPS HC_EPS ITERS").split() + (["OUT_EPS"] if out_eps else [])
-    partials = _wrap("    _partials(", part_args, ")", 14)
+    partials = wrap("    _partials(", part_args, ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "k_split"]'
     return f'''
 @triton.jit(do_not_specialize={dns})
-{_wrap(f"def {fused}(", _SIG + ["count_ptr"] + consts + out_eps, "):", 8)}
+{wrap(f"def {fused}(", _SIG + ["count_ptr"] + consts + out_eps, "):", 8)}
 {partials}
     # every thread's partials are written before the ticket; the last ticket finishes the block
     tl.debug_barrier()
@@ -232,17 +220,17 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
         tl.debug_barrier()
         tl.store(count_ptr + tl.program_id(0), 0)
         n_live = tl.minimum(rows - tl.program_id(0) * BLOCK_T, BLOCK_T)
-{rhead}{_wrap("            _finish_row(", ["tl.program_id(0) * BLOCK_T + r"] + row_args, ")", 24)}
+{rhead}{wrap("            _finish_row(", ["tl.program_id(0) * BLOCK_T + r"] + row_args, ")", 24)}
 {rtail}
 
 @triton.jit(do_not_specialize={dns})
-{_wrap(f"def {proj}(", params, "):", 8)}
+{wrap(f"def {proj}(", params, "):", 8)}
 {partials}
 
 
 @triton.jit(do_not_specialize={dns})
-{_wrap(f"def {finish}(", params, "):", 8)}
-{_wrap("    _finish_row(", ["tl.program_id(0)"] + row_args, ")", 16)}
+{wrap(f"def {finish}(", params, "):", 8)}
+{wrap("    _finish_row(", ["tl.program_id(0)"] + row_args, ")", 16)}
 '''
 
 

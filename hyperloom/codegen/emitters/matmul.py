@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from hyperloom.codegen.emitters.text import wrap
 from hyperloom.config import CONFIG
 
 PROLOGUES = ("none", "rmsnorm", "mean_rmsnorm")
@@ -101,15 +102,8 @@ _CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "GEMV")
 
 def _signature(name: str, spec: MatmulSpec) -> list[str]:
     args = _params(spec) + [f"{c}: tl.constexpr" for c in _CONSTEXPRS]
-    lines = ['@triton.jit(do_not_specialize=["rows"])', f"def {name}("]
-    line = "    "
-    for arg in args:  # wrap the argument list at 100 columns
-        if len(line) + len(arg) + 2 > 100:
-            lines.append(line.rstrip())
-            line = "    "
-        line += arg + ", "
-    lines.append(line.rstrip().rstrip(",") + "):")
-    return lines
+    return ['@triton.jit(do_not_specialize=["rows"])', f"def {name}(",
+            *wrap("    ", args, "):", 4).splitlines()]
 
 
 def _setup(spec: MatmulSpec) -> list[str]:

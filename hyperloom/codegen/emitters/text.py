@@ -8,6 +8,19 @@ def comment(header: str) -> str:
     return "".join(f"# {line}\n" for line in header.splitlines())
 
 
+def wrap(head: str, items: list[str], tail: str, indent: int) -> str:
+    """head + items joined by ", " + tail, broken between items into lines of <= 100 columns
+    (continuation lines start with `indent` spaces)."""
+    lines, line = [], head
+    for i, item in enumerate(items):
+        piece = item + (", " if i + 1 < len(items) else tail)
+        if len(line) + len(piece.rstrip()) > 100:
+            lines.append(line.rstrip())
+            line = " " * indent
+        line += piece
+    return "\n".join(lines + [line])
+
+
 # The run a program serves (`emitters.kda`, `emitters.kda_conv`): a step's rows of one sequence
 # are contiguous (`ir.state.segments`), so the program of a run's first row does the whole run.
 RUN_STOP = '''
