@@ -17,7 +17,8 @@ from hyperloom.codegen.compilation import compile_graph
 from hyperloom.ir.builder import GraphBuilder, Residual
 from hyperloom.ir.graph import Graph
 from hyperloom.ir.state import StateStore
-from hyperloom.ir.types import T, TensorType
+from hyperloom.ir.ops import Op
+from hyperloom.ir.types import DType, T, TensorType
 from hyperloom.models import Model
 from hyperloom.models.random_weights import random_weights
 from hyperloom.runtime.program import Program
@@ -221,8 +222,6 @@ def decode_bytes(model: Model, ctx: int, batch: int = 1) -> float:
 
 def prefill_flops(model: Model, n: int) -> float:
     """2 n (GEMM weights) plus causal attention's 2 n^2 H d per layer (QK^T and PV, halved)."""
-    from hyperloom.ir.ops import Op
-
     gemm = 0
     for node in model.main.nodes:
         if node.op in (Op.LINEAR, Op.LM_HEAD):
@@ -234,22 +233,27 @@ def prefill_flops(model: Model, n: int) -> float:
 
 
 def site_graph(model: Model) -> Graph:
-    """One mHC site of the model's first layer: hc_pre -> norm -> o_proj-sized projection ->
-    hc_post, on an fp32 highway of hc_mult streams."""
+    """One mHC site alone, with the model's widths: hc_pre (projection, Sinkhorn, collapse) and
+    hc_post around an identity sublayer, on an fp32 highway of hc_mult streams."""
     cfg = model.config
     n, d = cfg.hc_mult, cfg.hidden_size
     b = GraphBuilder(f"site_{d}", model.main.param("layers.0.input_layernorm.weight").type.dtype)
     res = Residual(b, n, cfg.rms_norm_eps)
-    res.stream = b.input("x", TensorType.make("f32", T, n, d))
-    res.site("site.hc", "site.norm.weight", lambda y: b.linear(y, "site.proj.weight", d))
-    return b.finish(streams=res.stream)
+    stream = b.input("x", TensorType.make("f32", T, n, d))
+    fn = b.param("site.hc_fn", (2 + n) * n, n * d)
+    base = b.param("site.hc_base", (2 + n) * n, dtype=DType.F32)
+    scale = b.param("site.hc_scale", 3, dtype=DType.F32)
+    y, post, comb = b.emit(Op.HC_PRE, (stream, fn, base, scale), res.hc)
+    return b.finish(streams=b.one(Op.HC_POST, y, stream, post, comb))
 
 
 def site_bytes(graph: Graph, rows: int) -> float:
-    """Streams read once and written once, plus the weights once."""
+    """hc_pre reads the streams and writes y; hc_post reads y and the streams and writes the
+    streams (the sublayer between them is a real boundary); the weights once."""
     shape = graph.inputs[0][1].shape
     streams = rows * int(shape[1]) * int(shape[2]) * 4
-    return float(2 * streams + _nbytes(graph))
+    y = rows * int(shape[2]) * next(graph.by_op(Op.HC_PRE)).types[0].dtype.torch.itemsize
+    return float(3 * streams + 2 * y + _nbytes(graph))
 
 
 def _as_model(graph: Graph) -> Model:

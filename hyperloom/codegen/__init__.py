@@ -3,10 +3,19 @@ kernel-plan entry into deterministic Triton source whose header lists what it fu
 
 from __future__ import annotations
 
-from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, kda_conv, matmul
+from hyperloom.codegen.emitters import (
+    attention,
+    embedding,
+    hc_post,
+    hc_pre,
+    kda,
+    kda_conv,
+    matmul,
+)
 from hyperloom.codegen.specs import (
     attention_spec,
     embedding_spec,
+    hc_post_spec,
     hc_pre_spec,
     kda_conv_spec,
     kda_spec,
@@ -18,6 +27,7 @@ from hyperloom.passes.kernel_plan import INTERPRETER, KernelEntry
 
 EMITTERS = {  # emitter kind -> (spec from the node and operand types, its module)
     "matmul": (matmul_spec, matmul), "hc_pre": (hc_pre_spec, hc_pre),
+    "hc_post": (hc_post_spec, hc_post),
     "embedding": (embedding_spec, embedding), "attention": (attention_spec, attention),
     "kda": (kda_spec, kda), "kda_conv": (kda_conv_spec, kda_conv),
 }

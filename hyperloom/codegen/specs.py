@@ -4,7 +4,15 @@ node and its operand types (no tensors needed, so plans and sources can be dumpe
 from __future__ import annotations
 
 from hyperloom.config import CONFIG
-from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, kda_conv, matmul
+from hyperloom.codegen.emitters import (
+    attention,
+    embedding,
+    hc_post,
+    hc_pre,
+    kda,
+    kda_conv,
+    matmul,
+)
 from hyperloom.ir.graph import Node
 from hyperloom.ir.ops import Op
 
@@ -26,6 +34,11 @@ def hc_pre_spec(node: Node, types: dict) -> hc_pre.HCPreSpec:
     at = node.attrs
     return hc_pre.HCPreSpec(at.n, int(node.types[0].shape[1]), at.norm_eps, at.hc_eps, at.iters,
                             at.out_eps)
+
+
+def hc_post_spec(node: Node, types: dict) -> hc_post.HCPostSpec:
+    n, d = (int(s) for s in node.types[0].shape[1:])
+    return hc_post.HCPostSpec(n, d)
 
 
 def embedding_spec(node: Node, types: dict) -> embedding.EmbeddingSpec:

@@ -16,7 +16,7 @@ EMITTER_OF: dict[Op, str] = {
     Op.EMBEDDING: "embedding", Op.EMBED_STREAMS: "embedding",
     Op.LINEAR: "matmul", Op.LM_HEAD: "matmul", Op.NORM_LINEAR: "matmul",
     Op.SWIGLU_LINEAR: "matmul", Op.LINEAR_RESIDUAL: "matmul", Op.LINEAR_HC_POST: "matmul",
-    Op.HC_PRE: "hc_pre", Op.ROPE_ATTENTION: "attention", Op.KDA: "kda",
+    Op.HC_PRE: "hc_pre", Op.HC_POST: "hc_post", Op.ROPE_ATTENTION: "attention", Op.KDA: "kda",
     Op.KDA_CONV: "kda_conv",
 }
 INTERPRETER = "interpreter"
@@ -26,6 +26,7 @@ GRIDS = {
     "embedding": "(R,)",
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
     "hc_pre": "(cdiv(R, BT), splits) [; finish (R,)]",
+    "hc_post": "(R, cdiv(D, BD))",
     "attention": "rope_kv (R,) ; split (R, kv_heads, S) or attend",
     "kda": "(R, heads, d / BV)",
     "kda_conv": "(R, 3 * cdiv(C, BC))",

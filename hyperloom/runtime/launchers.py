@@ -10,10 +10,19 @@ from dataclasses import dataclass, field
 import torch
 
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters import attention, embedding, hc_pre, kda, kda_conv, matmul
+from hyperloom.codegen.emitters import (
+    attention,
+    embedding,
+    hc_post,
+    hc_pre,
+    kda,
+    kda_conv,
+    matmul,
+)
 from hyperloom.codegen.specs import (
     attention_spec,
     embedding_spec,
+    hc_post_spec,
     hc_pre_spec,
     kda_conv_spec,
     kda_spec,
@@ -80,6 +89,15 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
     return lambda rows, _: hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y,
                                          post=post, comb=comb, part=part, count=count, rows=rows,
                                          fused=rows <= NARROW_ROWS)
+
+
+def _hc_post(entry: KernelEntry, o: Operands, device) -> Launch:
+    node, spec = entry.node, hc_post_spec(entry.node, o.types)
+    kern = load(o.source(entry), entry.name, device)
+    f, x, post, comb = (o[a] for a in node.args)
+    out = o[node.outs[0]]
+    return lambda rows, _: hc_post.launch(kern, spec, f=f, x=x, post=post, comb=comb, out=out,
+                                          rows=rows)
 
 
 def _embedding(entry: KernelEntry, o: Operands, device) -> Launch:
@@ -150,6 +168,6 @@ def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
     return run
 
 
-BUILDERS = {"matmul": _matmul, "hc_pre": _hc_pre, "embedding": _embedding,
+BUILDERS = {"matmul": _matmul, "hc_pre": _hc_pre, "hc_post": _hc_post, "embedding": _embedding,
             "attention": _attention, "kda": _kda,
             "kda_conv": _kda_conv, "interpreter": _interpreter}

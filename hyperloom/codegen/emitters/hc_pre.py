@@ -33,8 +33,8 @@ BLOCK_T = 16  # rows per projection program; tl.dot needs M >= 16
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = 64  # splits whose partials a finish sums per load
-ROW_TILE = 8192  # X elements of one row a finish loads at once
-PROJ_WARPS, FINISH_WARPS = 4, 8  # FINISH_WARPS: ROW_TILE / 256 threads = 32 registers each
+ROW_TILE = 16384  # X elements of one row a finish loads at once
+PROJ_WARPS, FINISH_WARPS = 4, 16  # FINISH_WARPS: ROW_TILE / 512 threads = 32 registers each
 
 _INTERPRET_DOT = "acc = tl.dot(x, tl.trans(w.to(tl.float32)), acc)\n"
 # The projections feed sigmoids and 20 Sinkhorn rounds, and plain tf32 would cost ~1e-3 relative.
@@ -86,7 +86,7 @@ def _blocks(spec: HCPreSpec) -> dict[str, int]:
 _CONSTS = ("N", "D", "J", "NP", "JP", "BLOCK_T", "BLOCK_K", "BLOCK_Y", "SB", "NORM_EPS", "HC_EPS",
            "ITERS")
 _SIG = ["x_ptr", "fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "post_ptr", "comb_ptr", "part_ptr",
-        "rows", "rows_pad", "splits", "k_split", "sx_row", "sx_stream", "s_fn", "sy_row",
+        "rows", "rows_pad", "splits", "kb_split", "sx_row", "sx_stream", "s_fn", "sy_row",
         "spost_row", "scomb_row", "scomb_i"]
 
 
@@ -101,34 +101,40 @@ def _constexprs(spec: HCPreSpec) -> list[str]:
 
 def _partials_source() -> str:
     dot = _INTERPRET_DOT if CONFIG.interpret else _GPU_DOT
-    head, tail = runtime_loop("k0", "0", "k_split", "BLOCK_K", " " * 4)
+    head, tail = runtime_loop("b", "b_lo", "b_hi", "1", " " * 4)
     return f'''
 @triton.jit
-def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, k_split, sx_row, sx_stream, s_fn,
+def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
               D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
-    """This program's K range of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch."""
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
+    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
     j = tl.arange(0, JP)
     kk = tl.arange(0, BLOCK_K)
-    k_lo = tl.program_id(1) * k_split
+    KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
+    b_lo = tl.program_id(1) * kb_split
+    b_hi = tl.minimum(b_lo + kb_split, N * KB)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)
-{head}        k = k_lo + k0 + kk  # k_split is a multiple of BLOCK_K
-        kmask = k < N * D
-        i = k // D  # a block may straddle two streams when D % BLOCK_K != 0
-        x = tl.load(x_ptr + t64[:, None] * sx_row + (i * sx_stream + k - i * D)[None, :],
-                    mask=tmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
-        w = tl.load(fn_ptr + j[:, None] * s_fn + k[None, :],
-                    mask=(j < J)[:, None] & kmask[None, :], other=0.0)
+{head}        i = b // KB
+        c = (b - i * KB) * BLOCK_K + kk
+        cmask = c < D
+        x = tl.load(x_ptr + t64[:, None] * sx_row + i * sx_stream + c[None, :],
+                    mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+        w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
+                    mask=(j < J)[:, None] & cmask[None, :], other=0.0)
 {_indent(dot, 8)}{tail}    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 '''
 
 
-def _row_pass(body: str) -> str:
-    """`body` over the row's X, BLOCK_Y columns at a time (the row is in L2 after a first pass)."""
+def _row_pass(body: str, whole: bool) -> str:
+    """`body` over the row's X: `x` loaded once already (`whole`), else BLOCK_Y columns at a
+    time (the row is in L2 after a first pass)."""
+    if whole:
+        return body
     return ("for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n"
             "    x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)\n"
             f"{_indent(body, 4)}")
@@ -136,16 +142,20 @@ def _row_pass(body: str) -> str:
 
 def _finish_row_source(spec: HCPreSpec) -> str:
     # passes over X: sum(x^2) for the stream norm, sum(y^2) for out_eps, then y
+    whole = _blocks(spec)["BLOCK_Y"] >= spec.d  # the row is one register tile: one X read
     y = "y = tl.sum(pre[:, None] * x, axis=0)\n"
-    head = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n" + _row_pass("sq += tl.sum(x * x, axis=0)\n")
-            + "ss = tl.sum(sq, axis=0)\n")
+    load = ("d = dd\nx = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)\n"
+            if whole else "")
+    head = (load + "sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
+            + _row_pass("sq += tl.sum(x * x, axis=0)\n", whole) + "ss = tl.sum(sq, axis=0)\n")
     norm_pass, scale = "", ""
     if spec.out_eps is not None:
-        norm_pass = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n" + _row_pass(y + "sq += y * y\n")
+        norm_pass = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
+                     + _row_pass(y + "sq += y * y\n", whole)
                      + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
         scale = "y = y * inv\n"
     store = _row_pass(y + scale + "tl.store(y_ptr + row * sy_row + d, "
-                      "y.to(y_ptr.dtype.element_ty), mask=d < D)\n")
+                      "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole)
     sums, sume = runtime_loop("s0", "0", "splits", "SB", "")
     out_eps = "" if spec.out_eps is None else ",\n                OUT_EPS: tl.constexpr"
     body = f'''row = row.to(tl.int64)
@@ -154,13 +164,13 @@ ii = tl.arange(0, NP)
 dd = tl.arange(0, BLOCK_Y)
 smask = (ii < N)[:, None]  # padded streams read zeros
 x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
-{head}
 m = tl.zeros((JP,), tl.float32)
 sb = tl.arange(0, SB)
 {sums}    s = s0 + sb
     m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + j[None, :],
                         mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
-{sume}# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+{sume}{head}
+# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
                                                    tl.load(scale_ptr + 2)))
 z = m * tl.rsqrt(ss / (N * D) + NORM_EPS) * sc + tl.load(base_ptr + j, mask=j < J, other=0.0)
@@ -169,6 +179,7 @@ tl.store(post_ptr + row * spost_row + (j - N), 2.0 * sig, mask=(j >= N) & (j < 2
 
 # register tensors cannot be sliced: pick columns out with one-hot masked sums
 pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
+{norm_pass}{store}
 col = 2 * N + ii[:, None] * N + ii[None, :]  # [NP, NP] column of comb logit (a, b)
 valid = (ii[:, None] < N) & (ii[None, :] < N)
 hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
@@ -183,8 +194,7 @@ for _ in range(ITERS - 1):
     c = c / (tl.sum(c, axis=1)[:, None] + HC_EPS)
     c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
 tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c, mask=valid)
-
-{norm_pass}{store}'''
+'''
     return f'''
 @triton.jit
 def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
@@ -201,14 +211,14 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     consts = _constexprs(spec)
     out_eps = [] if spec.out_eps is None else [f"OUT_EPS: tl.constexpr = {spec.out_eps!r}"]
     params = _SIG + consts + out_eps
-    part_args = ("x_ptr fn_ptr part_ptr rows rows_pad k_split sx_row sx_stream s_fn D N J JP "
+    part_args = ("x_ptr fn_ptr part_ptr rows rows_pad kb_split sx_row sx_stream s_fn D N J JP "
                  "BLOCK_T BLOCK_K").split()
     row_args = ("x_ptr base_ptr scale_ptr y_ptr post_ptr comb_ptr part_ptr rows_pad splits "
                 "sx_row sx_stream sy_row spost_row scomb_row scomb_i N D J NP JP SB BLOCK_Y "
                 "NORM_EPS HC_EPS ITERS").split() + (["OUT_EPS"] if out_eps else [])
     partials = wrap("    _partials(", part_args, ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
-    dns = '["rows", "rows_pad", "splits", "k_split"]'
+    dns = '["rows", "rows_pad", "splits", "kb_split"]'
     return f'''
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {fused}(", _SIG + ["count_ptr"] + consts + out_eps, "):", 8)}
@@ -241,7 +251,7 @@ def source(name: str, spec: HCPreSpec, header: str = "") -> str:
 
 def splits(spec: HCPreSpec, rows: int) -> int:
     """K splits of the projection: enough programs for ~4 per multiprocessor."""
-    k_blocks = triton.cdiv(spec.n * spec.d, _blocks(spec)["BLOCK_K"])
+    k_blocks = spec.n * triton.cdiv(spec.d, _blocks(spec)["BLOCK_K"])
     return max(1, min(k_blocks, MAX_SPLITS, triton.cdiv(4 * SMS, triton.cdiv(rows, BLOCK_T))))
 
 
@@ -272,8 +282,8 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     rows_pad = row_blocks * BLOCK_T
     assert part.numel() >= nsplit * rows_pad * b["JP"] and count.numel() >= row_blocks, \
         "hc_pre scratch too small"
-    k_split = triton.cdiv(triton.cdiv(spec.n * spec.d, nsplit), b["BLOCK_K"]) * b["BLOCK_K"]
-    args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, k_split,
+    kb_split = triton.cdiv(spec.n * triton.cdiv(spec.d, b["BLOCK_K"]), nsplit)
+    args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
             x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),
             comb.stride(1))
     if fused:

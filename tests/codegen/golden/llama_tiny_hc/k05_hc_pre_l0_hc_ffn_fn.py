@@ -13,25 +13,28 @@ import triton.language as tl
 
 
 @triton.jit
-def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, k_split, sx_row, sx_stream, s_fn,
+def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
               D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
-    """This program's K range of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch."""
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
+    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
     j = tl.arange(0, JP)
     kk = tl.arange(0, BLOCK_K)
-    k_lo = tl.program_id(1) * k_split
+    KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
+    b_lo = tl.program_id(1) * kb_split
+    b_hi = tl.minimum(b_lo + kb_split, N * KB)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)
-    for k0 in range(0, k_split, BLOCK_K):
-        k = k_lo + k0 + kk  # k_split is a multiple of BLOCK_K
-        kmask = k < N * D
-        i = k // D  # a block may straddle two streams when D % BLOCK_K != 0
-        x = tl.load(x_ptr + t64[:, None] * sx_row + (i * sx_stream + k - i * D)[None, :],
-                    mask=tmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
-        w = tl.load(fn_ptr + j[:, None] * s_fn + k[None, :],
-                    mask=(j < J)[:, None] & kmask[None, :], other=0.0)
+    for b in range(b_lo, b_hi, 1):
+        i = b // KB
+        c = (b - i * KB) * BLOCK_K + kk
+        cmask = c < D
+        x = tl.load(x_ptr + t64[:, None] * sx_row + i * sx_stream + c[None, :],
+                    mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+        w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
+                    mask=(j < J)[:, None] & cmask[None, :], other=0.0)
         wt = tl.trans(w)
         if fn_ptr.dtype.element_ty == tl.bfloat16:
             x_hi = x.to(tl.bfloat16)
@@ -57,19 +60,18 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
     dd = tl.arange(0, BLOCK_Y)
     smask = (ii < N)[:, None]  # padded streams read zeros
     x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
-    sq = tl.zeros((BLOCK_Y,), tl.float32)
-    for d0 in range(0, D, BLOCK_Y):
-        d = d0 + dd
-        x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
-        sq += tl.sum(x * x, axis=0)
-    ss = tl.sum(sq, axis=0)
-
     m = tl.zeros((JP,), tl.float32)
     sb = tl.arange(0, SB)
     for s0 in range(0, splits, SB):
         s = s0 + sb
         m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + j[None, :],
                             mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
+    d = dd
+    x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    sq += tl.sum(x * x, axis=0)
+    ss = tl.sum(sq, axis=0)
+
     # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
     sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
                                                        tl.load(scale_ptr + 2)))
@@ -79,6 +81,14 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
 
     # register tensors cannot be sliced: pick columns out with one-hot masked sums
     pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    y = tl.sum(pre[:, None] * x, axis=0)
+    sq += y * y
+    inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
+    y = tl.sum(pre[:, None] * x, axis=0)
+    y = y * inv
+    tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
+
     col = 2 * N + ii[:, None] * N + ii[None, :]  # [NP, NP] column of comb logit (a, b)
     valid = (ii[:, None] < N) & (ii[None, :] < N)
     hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
@@ -94,30 +104,16 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
         c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
     tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c, mask=valid)
 
-    sq = tl.zeros((BLOCK_Y,), tl.float32)
-    for d0 in range(0, D, BLOCK_Y):
-        d = d0 + dd
-        x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
-        y = tl.sum(pre[:, None] * x, axis=0)
-        sq += y * y
-    inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
-    for d0 in range(0, D, BLOCK_Y):
-        d = d0 + dd
-        x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
-        y = tl.sum(pre[:, None] * x, axis=0)
-        y = y * inv
-        tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
 
-
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "k_split"])
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
 def k05_hc_pre_l0_hc_ffn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
-        rows, rows_pad, splits, k_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row,
+        rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row,
         scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
-    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, k_split, sx_row, sx_stream, s_fn, D, N, J,
+    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
               JP, BLOCK_T, BLOCK_K)
     # every thread's partials are written before the ticket; the last ticket finishes the block
     tl.debug_barrier()
@@ -133,21 +129,21 @@ def k05_hc_pre_l0_hc_ffn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr,
                         OUT_EPS)
 
 
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "k_split"])
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
 def k05_hc_pre_l0_hc_ffn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-        part_ptr, rows, rows_pad, splits, k_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
-    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, k_split, sx_row, sx_stream, s_fn, D, N, J,
+    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
               JP, BLOCK_T, BLOCK_K)
 
 
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "k_split"])
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
 def k05_hc_pre_l0_hc_ffn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-        part_ptr, rows, rows_pad, splits, k_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64,

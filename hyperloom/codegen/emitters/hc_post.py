@@ -1,0 +1,79 @@
+"""mHC post-site kernel on its own (`hyperloom.ir.semantics.hc.hc_post`), for a site whose
+sublayer does not end in a projection (a GEMM takes hc_post as its epilogue: `matmul`).
+
+Inputs f [rows, D] (any float dtype; the sublayer's output), x fp32 [rows, n, D] (the streams),
+post fp32 [rows, n], comb fp32 [rows, n, n]; output out fp32 [rows, n, D]:
+out[j] = post[j] * f + sum_i comb[i, j] * x[i].
+
+Grid (rows, cdiv(D, BLOCK_D)): a program reads its column block of every stream once, mixes
+them in registers and writes the new streams once; the mix is per column, so out may alias x.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from hyperloom.codegen.emitters.text import comment
+
+BLOCK_D = 1024  # columns per program: [n, 1024] fp32 new streams, 32 registers a thread
+WARPS = 4
+
+
+@dataclass(frozen=True)
+class HCPostSpec:
+    n: int
+    d: int
+
+
+def _block(spec: HCPostSpec) -> int:
+    return min(BLOCK_D, triton.next_power_of_2(spec.d))
+
+
+def source(name: str, spec: HCPostSpec, header: str = "") -> str:
+    return f'''{comment(header)}import triton
+import triton.language as tl
+
+
+@triton.jit
+def {name}(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf, sx_row, sx_i, spost, scomb_row,
+        scomb_i, so_row, so_i, N: tl.constexpr = {spec.n},
+        NP: tl.constexpr = {triton.next_power_of_2(spec.n)}, D: tl.constexpr = {spec.d},
+        BLOCK_D: tl.constexpr = {_block(spec)}):
+    r = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    cm = c < D
+    jj = tl.arange(0, NP)
+    jm = jj < N
+    f = tl.load(f_ptr + r * sf + c, mask=cm, other=0.0).to(tl.float32)
+    post = tl.load(post_ptr + r * spost + jj, mask=jm, other=0.0)
+    out = post[:, None] * f[None, :]  # [NP, BLOCK_D]
+    for i in tl.static_range(N):
+        x = tl.load(x_ptr + r * sx_row + i * sx_i + c, mask=cm, other=0.0)
+        mix = tl.load(comb_ptr + r * scomb_row + i * scomb_i + jj, mask=jm, other=0.0)
+        out += mix[:, None] * x[None, :]
+    tl.store(o_ptr + r * so_row + jj[:, None] * so_i + c[None, :], out,
+             mask=jm[:, None] & cm[None, :])
+'''
+
+
+def launch(kernel, spec: HCPostSpec, *, f: torch.Tensor, x: torch.Tensor, post: torch.Tensor,
+           comb: torch.Tensor, out: torch.Tensor, rows: int) -> None:
+    """The first `rows` rows."""
+    n, d = spec.n, spec.d
+    want = {"f": (f, (d,)), "x": (x, (n, d)), "post": (post, (n,)), "comb": (comb, (n, n)),
+            "out": (out, (n, d))}
+    for name, (t, shape) in want.items():
+        if tuple(t.shape[1:]) != shape or t.shape[0] < rows or t.stride(-1) != 1:
+            raise ValueError(f"hc_post {name}: [>= {rows}, {', '.join(map(str, shape))}] with "
+                             f"a contiguous last dim, got {tuple(t.shape)}")
+    for name, t in (("x", x), ("post", post), ("comb", comb), ("out", out)):
+        if t.dtype != torch.float32:
+            raise ValueError(f"hc_post {name}: float32, got {t.dtype}")
+    if rows == 0:
+        return
+    kernel[(rows, triton.cdiv(d, _block(spec)))](
+        f, x, post, comb, out, f.stride(0), x.stride(0), x.stride(1), post.stride(0),
+        comb.stride(0), comb.stride(1), out.stride(0), out.stride(1), num_warps=WARPS)
