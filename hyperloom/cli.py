@@ -92,6 +92,7 @@ def _sizes(text: str | None, gpu_default: str, cpu_default: str, gpu: bool) -> l
 
 def cmd_bench(args: argparse.Namespace) -> None:
     from hyperloom.bench import report
+    from hyperloom.bench.kda import KDABench
     from hyperloom.bench.measure import measure_limits
     from hyperloom.bench.scenarios import TOLERANCE, Bench
 
@@ -101,10 +102,17 @@ def cmd_bench(args: argparse.Namespace) -> None:
         raise InputError(f"without a GPU, bench runs the tiny configs only (Triton's "
                          f"interpreter); got --config {args.config}")
     dtype = torch.bfloat16 if gpu else torch.float32
+    wanted = _wanted_scenarios(args.scenarios)
     model = hyperloom.build(args.model, args.config, args.layers, dtype)
     limits = measure_limits(device)
-    bench = Bench(model, device, dtype, TOLERANCE[dtype], compile_modes=not args.no_compile,
-                  profile_steps=(10 if gpu else 1) if args.profile else 0)
+    # the engine's scenarios need random weights for the whole model (GLM-5.3-flash's MTP layer
+    # alone is 15 GiB); the KDA kernels' need only its KDA width
+    engine = set(wanted) & set(ENGINE_SCENARIOS)
+    profile = (10 if gpu else 1) if args.profile else 0
+    bench = (Bench(model, device, dtype, TOLERANCE[dtype], compile_modes=not args.no_compile,
+                   profile_steps=profile) if engine else None)
+    kda = (KDABench(model, device, dtype, TOLERANCE[dtype], profile_steps=profile)
+           if set(wanted) - engine else None)
     what = f"{args.model} --config {args.config}" + (f" --layers {args.layers}"
                                                      if args.layers else "")
     info = report.meta(device, limits, what)
@@ -116,7 +124,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     results, rec = [], report.record([], limits, info)
     save(rec)
-    for scenario in _bench_scenarios(args, bench, gpu):
+    for scenario in _bench_scenarios(args, wanted, bench, kda, gpu):
         results.append(scenario())
         rec = report.record(results, limits, info)
         print(report.rows(rec["results"][-1]), end="", flush=True)
@@ -126,11 +134,26 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print("no plot: matplotlib is not installed (pip install matplotlib)")
 
 
-def _bench_scenarios(args: argparse.Namespace, bench, gpu: bool) -> list:
+ENGINE_SCENARIOS = ("decode", "site", "prefill")
+
+
+def _wanted_scenarios(text: str) -> list[str]:
+    from hyperloom.bench.kda import SCENARIOS as KDA_SCENARIOS
+
+    wanted = [x.strip() for x in text.split(",") if x.strip()]
+    known = ENGINE_SCENARIOS + KDA_SCENARIOS
+    unknown = [x for x in wanted if x not in known]
+    if unknown or not wanted:
+        raise InputError(f"--scenarios: unknown {', '.join(unknown) or '(none given)'}; "
+                         f"known: {', '.join(known)}")
+    return wanted
+
+
+def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,
+                     gpu: bool) -> list:
     """The scenarios to run, in order, as callables returning their Result."""
     from functools import partial
 
-    wanted = [x.strip() for x in args.scenarios.split(",")]
     runs = []
     if "decode" in wanted:
         shapes = _decode_shapes(args.ctx or (DECODE_GPU if gpu else DECODE_CPU))
@@ -138,6 +161,10 @@ def _bench_scenarios(args: argparse.Namespace, bench, gpu: bool) -> list:
                  for i, (b, c) in enumerate(shapes)]
     if "site" in wanted and bench.model.config.hc_mult > 1:
         runs += [partial(bench.site, n) for n in _sizes(args.site_rows, "1,4096", "1,16", gpu)]
+    if "kda-decode" in wanted:
+        runs += [partial(kda.step, b) for b in _sizes(args.kda_batch, "1,16", "1,3", gpu)]
+    if "kda-prefill" in wanted:
+        runs += [partial(kda.prefill, n) for n in _sizes(args.kda_tokens, "8192", "20", gpu)]
     if "prefill" in wanted:  # last: max-autotune's compile is the longest part of a run
         runs += [partial(bench.prefill, n) for n in _sizes(args.prefill_tokens, "2048", "24", gpu)]
     return runs
@@ -276,11 +303,15 @@ def parser() -> argparse.ArgumentParser:
     bn.add_argument("model", choices=sorted(FAMILIES))
     bn.add_argument("--config", default="tiny")
     bn.add_argument("--layers", type=int)
-    bn.add_argument("--scenarios", default="decode,prefill,site")
+    bn.add_argument("--scenarios", default="decode,prefill,site",
+                    help="comma-separated: decode, site, prefill (the engine vs torch); "
+                    "kda-decode, kda-prefill (the KDA kernels vs flash-linear-attention)")
     bn.add_argument("--ctx", help=f"decode shapes: CTX (batch 1) or BATCHxCTX, e.g. 16x1024 "
                     f"(default {DECODE_GPU}; CPU: {DECODE_CPU})")
     bn.add_argument("--prefill-tokens", help="prefill lengths (default 2048; CPU: 24)")
     bn.add_argument("--site-rows", help="mHC site rows (default 1,4096; CPU: 1,16)")
+    bn.add_argument("--kda-batch", help="kda-decode: sequences per step (default 1,16; CPU: 1,3)")
+    bn.add_argument("--kda-tokens", help="kda-prefill: tokens (default 8192; CPU: 20)")
     bn.add_argument("--device")
     bn.add_argument("--json", help="write the JSON record here")
     bn.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")

@@ -61,6 +61,7 @@ def record(results: list[Result], limits: Limits, info: dict) -> dict:
             row |= {"batch": r.batch, "ctx": r.ctx, "vs_b1": vs_b1(r, results)}
         if r.profile is not None:
             row["profile"] = r.profile
+        row |= getattr(r, "extra", {})  # a scenario's own fields (bench.kda: width, notes, ...)
         rows.append(row)
     return {"meta": info, "results": rows}
 
@@ -72,9 +73,13 @@ def vs_b1(r: Result, results: list[Result]) -> float | None:
     return r.ours_s / one.ours_s if r.batch != 1 and one else None
 
 
-# issue 5's targets: (scenario, record field, bound, True: at least the bound, False: at most)
+# issue 5's and 6's targets: (scenario, record field, bound, True: at least the bound, False:
+# at most); issue 6's KDA step and prefill against fla's fastest (bench.kda)
 TARGETS = (("decode b16 ctx1024", "vs_b1", 1.5, False),
-           ("decode b1 ctx32768", "fraction_of_limit", 0.70, True))
+           ("decode b1 ctx32768", "fraction_of_limit", 0.70, True),
+           ("kda step b1", "vs_fla", 2.0, True),
+           ("kda step b16", "fraction_of_limit", 0.80, True),
+           ("kda prefill 8192", "vs_fla", 1.0, True))
 
 
 PROFILE_ROWS = 12  # kernels per scenario in the table (the JSON keeps more)
@@ -95,16 +100,19 @@ def header(rec: dict) -> str:
 
 
 def rows(r: dict) -> str:
-    """One scenario's lines: one per baseline, then its profile if it has one."""
+    """One scenario's lines: one per baseline (or one saying there is none), its notes, then
+    its profile if it has one."""
     lines = []
     vs = f"  {r['vs_b1']:>5.2f}x" if r.get("vs_b1") else ""
-    for i, (mode, t) in enumerate(r["baselines_s"].items()):
+    for i, (mode, t) in enumerate(r["baselines_s"].items() or [(None, None)]):
         lead = f"{r['scenario']:<22}{r['ours_s'] * 1e3:>9.3f}ms" if i == 0 else " " * 33
         tail = (f"  {100 * r['fraction_of_limit']:>7.1f}%  {r['kernels_per_step']:>7}{vs}"
                 if i == 0 else "")
-        lines.append(f"{lead}  {mode + f' {t * 1e3:.3f}ms':<28}"
-                     f"{r['speedup'][mode]:>6.2f}x{tail}")
-    return "\n".join(lines + _profile_lines(r.get("profile"))) + "\n"
+        base = (f"{mode + f' {t * 1e3:.3f}ms':<28}{r['speedup'][mode]:>6.2f}x" if mode
+                else f"{'no baseline':<35}")
+        lines.append(f"{lead}  {base}{tail}")
+    notes = [f"    note: {n}" for n in r.get("notes", [])]
+    return "\n".join(lines + notes + _profile_lines(r.get("profile"))) + "\n"
 
 
 def _profile_lines(profile: list[dict] | None) -> list[str]:
@@ -139,7 +147,7 @@ def targets(rec: dict) -> list[str]:
             met = value >= bound if least else value <= bound
             lines.append(f"  {name}: {key} {value:.3f} (target {'>=' if least else '<='} "
                          f"{bound:g}): {'met' if met else 'MISSED'}")
-    return ["\n".join(["targets (issue 5)"] + lines) + "\n"] if lines else []
+    return ["\n".join(["targets (issues 5, 6)"] + lines) + "\n"] if lines else []
 
 
 def write_json(rec: dict, path: Path) -> None:
