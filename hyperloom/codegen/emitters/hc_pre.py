@@ -104,9 +104,19 @@ def _stream_block(n: int) -> str:
                      "other=0.0).to(tl.float32)\n"
                      f"w = tl.load(fn_ptr + j[:, None] * s_fn + {i} * D + c[None, :], "
                      "mask=wmask, other=0.0)\n" + dot.format(i=i))
-        lines += [f"gram += tl.where(g[None, :] == {k * n + i}, "
-                  f"tl.sum(x{k} * x{i}, axis=1)[:, None], 0.0)\n" for k in range(i + 1)]
+        lines += [f"p{k}_{i} += x{k} * x{i}\n" for k in range(i + 1)]
     return "".join(lines)
+
+
+def _gram(n: int, op: str) -> str:
+    """The Gram products' elementwise accumulators: zeroed ("init") before the column loop,
+    reduced into gram[:, k * n + i] ("reduce") after it, once."""
+    pairs = [(k, i) for i in range(n) for k in range(i + 1)]
+    if op == "init":
+        return "".join(f"p{k}_{i} = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)\n"
+                       for k, i in pairs)
+    return "".join(f"gram += tl.where(g[None, :] == {k * n + i}, "
+                   f"tl.sum(p{k}_{i}, axis=1)[:, None], 0.0)\n" for k, i in pairs)
 
 
 def _proj_source(name: str, spec: HCPreSpec) -> str:
@@ -126,11 +136,11 @@ def _proj_source(name: str, spec: HCPreSpec) -> str:
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, (D + BLOCK_K - 1) // BLOCK_K)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)
-    gram = tl.zeros((BLOCK_T, GP), tl.float32)
-{head}        c = b * BLOCK_K + cc
+{_indent(_gram(spec.n, "init"), 4)}{head}        c = b * BLOCK_K + cc
         xmask = tmask[:, None] & (c < D)[None, :]
         wmask = (j < J)[:, None] & (c < D)[None, :]
-{_indent(_stream_block(spec.n), 8)}{tail}    srow = (tl.program_id(1) * rows_pad + t).to(tl.int64)
+{_indent(_stream_block(spec.n), 8)}{tail}    gram = tl.zeros((BLOCK_T, GP), tl.float32)
+{_indent(_gram(spec.n, "reduce"), 4)}    srow = (tl.program_id(1) * rows_pad + t).to(tl.int64)
     part = part_ptr + srow[:, None] * JQ
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
     tl.store(part + JP + g[None, :], gram, mask=tmask[:, None])

@@ -52,7 +52,16 @@ def k01_hc_pre_l0_hc_attn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, (D + BLOCK_K - 1) // BLOCK_K)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)
-    gram = tl.zeros((BLOCK_T, GP), tl.float32)
+    p0_0 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
+    p0_1 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
+    p1_1 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
+    p0_2 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
+    p1_2 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
+    p2_2 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
+    p0_3 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
+    p1_3 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
+    p2_3 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
+    p3_3 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
     for b in range(b_lo, b_hi, 1):
         c = b * BLOCK_K + cc
         xmask = tmask[:, None] & (c < D)[None, :]
@@ -66,7 +75,7 @@ def k01_hc_pre_l0_hc_attn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
             acc = tl.dot((x0 - hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
         else:
             acc = tl.dot(x0, wt.to(tl.float32), acc, input_precision="tf32x3")
-        gram += tl.where(g[None, :] == 0, tl.sum(x0 * x0, axis=1)[:, None], 0.0)
+        p0_0 += x0 * x0
         x1 = tl.load(x_row + 1 * sx_stream + c[None, :], mask=xmask, other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + 1 * D + c[None, :], mask=wmask, other=0.0)
         wt = tl.trans(w)
@@ -76,8 +85,8 @@ def k01_hc_pre_l0_hc_attn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
             acc = tl.dot((x1 - hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
         else:
             acc = tl.dot(x1, wt.to(tl.float32), acc, input_precision="tf32x3")
-        gram += tl.where(g[None, :] == 1, tl.sum(x0 * x1, axis=1)[:, None], 0.0)
-        gram += tl.where(g[None, :] == 5, tl.sum(x1 * x1, axis=1)[:, None], 0.0)
+        p0_1 += x0 * x1
+        p1_1 += x1 * x1
         x2 = tl.load(x_row + 2 * sx_stream + c[None, :], mask=xmask, other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + 2 * D + c[None, :], mask=wmask, other=0.0)
         wt = tl.trans(w)
@@ -87,9 +96,9 @@ def k01_hc_pre_l0_hc_attn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
             acc = tl.dot((x2 - hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
         else:
             acc = tl.dot(x2, wt.to(tl.float32), acc, input_precision="tf32x3")
-        gram += tl.where(g[None, :] == 2, tl.sum(x0 * x2, axis=1)[:, None], 0.0)
-        gram += tl.where(g[None, :] == 6, tl.sum(x1 * x2, axis=1)[:, None], 0.0)
-        gram += tl.where(g[None, :] == 10, tl.sum(x2 * x2, axis=1)[:, None], 0.0)
+        p0_2 += x0 * x2
+        p1_2 += x1 * x2
+        p2_2 += x2 * x2
         x3 = tl.load(x_row + 3 * sx_stream + c[None, :], mask=xmask, other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + 3 * D + c[None, :], mask=wmask, other=0.0)
         wt = tl.trans(w)
@@ -99,10 +108,21 @@ def k01_hc_pre_l0_hc_attn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
             acc = tl.dot((x3 - hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
         else:
             acc = tl.dot(x3, wt.to(tl.float32), acc, input_precision="tf32x3")
-        gram += tl.where(g[None, :] == 3, tl.sum(x0 * x3, axis=1)[:, None], 0.0)
-        gram += tl.where(g[None, :] == 7, tl.sum(x1 * x3, axis=1)[:, None], 0.0)
-        gram += tl.where(g[None, :] == 11, tl.sum(x2 * x3, axis=1)[:, None], 0.0)
-        gram += tl.where(g[None, :] == 15, tl.sum(x3 * x3, axis=1)[:, None], 0.0)
+        p0_3 += x0 * x3
+        p1_3 += x1 * x3
+        p2_3 += x2 * x3
+        p3_3 += x3 * x3
+    gram = tl.zeros((BLOCK_T, GP), tl.float32)
+    gram += tl.where(g[None, :] == 0, tl.sum(p0_0, axis=1)[:, None], 0.0)
+    gram += tl.where(g[None, :] == 1, tl.sum(p0_1, axis=1)[:, None], 0.0)
+    gram += tl.where(g[None, :] == 5, tl.sum(p1_1, axis=1)[:, None], 0.0)
+    gram += tl.where(g[None, :] == 2, tl.sum(p0_2, axis=1)[:, None], 0.0)
+    gram += tl.where(g[None, :] == 6, tl.sum(p1_2, axis=1)[:, None], 0.0)
+    gram += tl.where(g[None, :] == 10, tl.sum(p2_2, axis=1)[:, None], 0.0)
+    gram += tl.where(g[None, :] == 3, tl.sum(p0_3, axis=1)[:, None], 0.0)
+    gram += tl.where(g[None, :] == 7, tl.sum(p1_3, axis=1)[:, None], 0.0)
+    gram += tl.where(g[None, :] == 11, tl.sum(p2_3, axis=1)[:, None], 0.0)
+    gram += tl.where(g[None, :] == 15, tl.sum(p3_3, axis=1)[:, None], 0.0)
     srow = (tl.program_id(1) * rows_pad + t).to(tl.int64)
     part = part_ptr + srow[:, None] * JQ
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
