@@ -21,11 +21,11 @@ EMITTER_OF: dict[Op, str] = {
 }
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
-LAUNCHES = {"attention": (2, 2), "hc_pre": (2, 2)}  # (narrow step, wide step)
+LAUNCHES = {"attention": (2, 2), "hc_pre": (1, 2)}  # (narrow step, wide step)
 GRIDS = {
     "embedding": "(R,)",
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
-    "hc_pre": "(cdiv(R, BT), splits) ; finish (R, cdiv(D, BY))",
+    "hc_pre": "(cdiv(R, BT), splits) [; finish (R,)]",
     "hc_post": "(R, cdiv(D, BD))",
     "attention": "rope_kv (R,) ; split (R, kv_heads, S) or attend",
     "kda": "(R, heads, d / BV)",

@@ -32,7 +32,7 @@ from hyperloom.ir.ops import Op
 from hyperloom.ir.semantics import EVAL, Ctx
 from hyperloom.ir.semantics.dense import rope_inv_freq
 from hyperloom.ir.state import StateStore, segments
-from hyperloom.passes.kernel_plan import KernelEntry
+from hyperloom.passes.kernel_plan import NARROW_ROWS, KernelEntry
 
 Launch = Callable[[int, int], None]  # (rows, most rows of one sequence) -> None
 
@@ -82,12 +82,13 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
     kerns = tuple(load(src, n, device, entry.name) for n in hc_pre.kernel_names(entry.name))
     x, fn, base, scale = (o[a] for a in node.args)
     y, post, comb = (o[v] for v in node.outs)
-    key = ("hc_pre", spec, x.shape[0])  # one scratch serves every site of this shape
+    key = ("hc_pre", spec, x.shape[0])  # one scratch pair serves every site of this shape
     if key not in o.scratch:
         o.scratch[key] = hc_pre.scratch(spec, x.shape[0], device)
-    part = o.scratch[key]
+    part, count = o.scratch[key]
     return lambda rows, _: hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y,
-                                         post=post, comb=comb, part=part, rows=rows)
+                                         post=post, comb=comb, part=part, count=count, rows=rows,
+                                         fused=rows <= NARROW_ROWS)
 
 
 def _hc_post(entry: KernelEntry, o: Operands, device) -> Launch:

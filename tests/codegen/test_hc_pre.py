@@ -1,9 +1,9 @@
 """The mHC pre-site emitter against semantics.hc.hc_pre (fp64): n = 4 and n = 2, 20 Sinkhorn
-iterations, widths that are not powers of two (ragged column blocks), 1 to 33 rows (one and three
-row blocks), one and several K blocks per split, with and without the folded site norm (its
-sum(y^2) from the Gram partials), y in one or several column blocks, row-strided X and y, rows
-past `rows` untouched. CPU: Triton's interpreter in fp32; GPU (`gpu` mark): bf16 fn at D = 4096
-and 6144 on the H200, relative error."""
+iterations, widths that are not powers of two (one and several K blocks per stream), 1 to 33 rows
+(the one-launch kernel and the projection + finish pair; one and three row blocks), with and
+without the folded site norm, rows in one or several chunks, row-strided X and y, rows past `rows`
+untouched. CPU: Triton's interpreter in fp32; GPU (`gpu` mark): bf16 fn at D = 4096 and 6144 on
+the H200, relative error."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tests.tolerances import assert_close, assert_rel
 
 SLACK = 3  # rows allocated past `rows`: the kernel must leave them untouched
 PAD = 12  # extra columns of the wider buffers that strided views are cut from
+FUSED = (1, 3)  # row counts run through the one-launch kernel; the others take two launches
 
 
 class Case:
@@ -50,10 +51,16 @@ class Case:
     def run(self) -> None:
         src = source("hc_pre", self.spec, header="test")
         kernels = tuple(load(src, n, self.device) for n in kernel_names("hc_pre"))
-        part = scratch(self.spec, self.rows, self.device)
+        part, count = scratch(self.spec, self.rows, self.device)
         part.fill_(float("nan"))  # every partial a finish reads, a projection wrote
-        launch(kernels, self.spec, x=self.x, fn=self.fn, base=self.base, scale=self.scale,
-               y=self.y, post=self.post, comb=self.comb, part=part, rows=self.rows)
+        fused = self.rows in FUSED
+        if not fused:  # the two-kernel path must not touch the counters (nor take a ticket)
+            count.fill_(-1)
+        for _ in range(2):  # the counters are left zeroed: a second launch is the same
+            launch(kernels, self.spec, x=self.x, fn=self.fn, base=self.base, scale=self.scale,
+                   y=self.y, post=self.post, comb=self.comb, part=part, count=count,
+                   rows=self.rows, fused=fused)
+        assert (count == (0 if fused else -1)).all(), "ticket counters not reset, or touched"
 
     def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         s, r = self.spec, self.rows
@@ -86,9 +93,9 @@ def test_hc_pre(n: int, d: int, rows: int, sms: int, out_eps, monkeypatch) -> No
 
 
 @pytest.mark.parametrize("out_eps", [None, 1e-5])
-def test_hc_pre_row_in_blocks(out_eps, monkeypatch) -> None:
-    """y over several finish programs per row (the norm's sum(y^2) spans them all)."""
-    monkeypatch.setattr(hc_pre_emitter, "BLOCK_Y", 128)
+def test_hc_pre_row_in_chunks(out_eps, monkeypatch) -> None:
+    """Rows of several finish chunks (the bench widths are one or two)."""
+    monkeypatch.setattr(hc_pre_emitter, "ROW_TILE", 256)
     spec = HCPreSpec(n=4, d=300, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
     case = Case(spec, 5, "cpu", torch.float32, strided=True, seed=7)
     case.run()
@@ -101,7 +108,7 @@ def test_hc_pre_row_in_blocks(out_eps, monkeypatch) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 7, 300, 2048])
 @pytest.mark.parametrize("out_eps", [None, 1e-5])
-@pytest.mark.parametrize("d", [4096, 6144])
+@pytest.mark.parametrize("d", [4096, 6144])  # 6144: the finish walks the row in two chunks
 def test_hc_pre_gpu(rows: int, out_eps, d: int) -> None:
     spec = HCPreSpec(n=4, d=d, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
     case = Case(spec, rows, "cuda", torch.bfloat16, strided=True, seed=rows)

@@ -13,16 +13,88 @@ import triton.language as tl
 
 
 @triton.jit
-def _sinkhorn(z, comb_ptr, scomb_i, N: tl.constexpr, NP: tl.constexpr, JP: tl.constexpr,
-              HC_EPS: tl.constexpr, ITERS: tl.constexpr):
-    """comb from the logits z[2N:]: a row softmax, then alternate column and row norms."""
+def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
+              D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
+              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
+    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tmask = t < rows
+    t64 = t.to(tl.int64)
+    j = tl.arange(0, JP)
+    kk = tl.arange(0, BLOCK_K)
+    KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
+    b_lo = tl.program_id(1) * kb_split
+    b_hi = tl.minimum(b_lo + kb_split, N * KB)
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)
+    for b in range(b_lo, b_hi, 1):
+        i = b // KB
+        c = (b - i * KB) * BLOCK_K + kk
+        cmask = c < D
+        x = tl.load(x_ptr + t64[:, None] * sx_row + i * sx_stream + c[None, :],
+                    mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+        w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
+                    mask=(j < J)[:, None] & cmask[None, :], other=0.0)
+        wt = tl.trans(w)
+        if fn_ptr.dtype.element_ty == tl.bfloat16:
+            x_hi = x.to(tl.bfloat16)
+            acc = tl.dot(x_hi, wt, acc)
+            acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
+        else:
+            acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
+    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
+    tl.store(part + j[None, :], acc, mask=tmask[:, None])
+
+
+@triton.jit
+def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
+                splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i,
+                N: tl.constexpr, D: tl.constexpr, J: tl.constexpr, NP: tl.constexpr,
+                JP: tl.constexpr, SB: tl.constexpr, BLOCK_Y: tl.constexpr,
+                NORM_EPS: tl.constexpr, HC_EPS: tl.constexpr, ITERS: tl.constexpr,
+                OUT_EPS: tl.constexpr):
+    """One row: partials -> gates -> Sinkhorn -> post, comb, y."""
+    row = row.to(tl.int64)
     j = tl.arange(0, JP)
     ii = tl.arange(0, NP)
+    dd = tl.arange(0, BLOCK_Y)
+    smask = (ii < N)[:, None]  # padded streams read zeros
+    x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
+    m = tl.zeros((JP,), tl.float32)
+    sb = tl.arange(0, SB)
+    for s0 in range(0, splits, SB):
+        s = s0 + sb
+        m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + j[None, :],
+                            mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
+    d = dd
+    x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    sq += tl.sum(x * x, axis=0)
+    ss = tl.sum(sq, axis=0)
+
+    # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+    sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
+                                                       tl.load(scale_ptr + 2)))
+    z = m * tl.rsqrt(ss / (N * D) + NORM_EPS) * sc + tl.load(base_ptr + j, mask=j < J, other=0.0)
+    sig = tl.sigmoid(z)
+    tl.store(post_ptr + row * spost_row + (j - N), 2.0 * sig, mask=(j >= N) & (j < 2 * N))
+
+    # register tensors cannot be sliced: pick columns out with one-hot masked sums
+    pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    y = tl.sum(pre[:, None] * x, axis=0)
+    sq += y * y
+    inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
+    y = tl.sum(pre[:, None] * x, axis=0)
+    y = y * inv
+    tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
+
     col = 2 * N + ii[:, None] * N + ii[None, :]  # [NP, NP] column of comb logit (a, b)
     valid = (ii[:, None] < N) & (ii[None, :] < N)
     hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
     logits = tl.sum(tl.where(hit, z[None, None, :], 0.0), axis=2)
-    # a finite fill keeps padded rows NaN-free, they are zeroed after the softmax
+
+    # Sinkhorn; a finite fill keeps padded rows NaN-free, they are zeroed after the softmax
     logits = tl.where(valid, logits, -1e30)
     e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
     c = tl.where(valid, e / tl.sum(e, axis=1)[:, None] + HC_EPS, 0.0)
@@ -30,150 +102,53 @@ def _sinkhorn(z, comb_ptr, scomb_i, N: tl.constexpr, NP: tl.constexpr, JP: tl.co
     for _ in range(ITERS - 1):
         c = c / (tl.sum(c, axis=1)[:, None] + HC_EPS)
         c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
-    tl.store(comb_ptr + ii[:, None] * scomb_i + ii[None, :], c, mask=valid)
+    tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c, mask=valid)
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k05_hc_pre_l0_hc_ffn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
+        rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row,
+        scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
+              JP, BLOCK_T, BLOCK_K)
+    # every thread's partials are written before the ticket; the last ticket finishes the block
+    tl.debug_barrier()
+    ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
+    if ticket == splits - 1:
+        tl.debug_barrier()
+        tl.store(count_ptr + tl.program_id(0), 0)
+        n_live = tl.minimum(rows - tl.program_id(0) * BLOCK_T, BLOCK_T)
+        for r in range(0, n_live, 1):
+            _finish_row(tl.program_id(0) * BLOCK_T + r, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr,
+                        comb_ptr, part_ptr, rows_pad, splits, sx_row, sx_stream, sy_row, spost_row,
+                        scomb_row, scomb_i, N, D, J, NP, JP, SB, BLOCK_Y, NORM_EPS, HC_EPS, ITERS,
+                        OUT_EPS)
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
 def k05_hc_pre_l0_hc_ffn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
-        NP: tl.constexpr = 4, JP: tl.constexpr = 32, GP: tl.constexpr = 16, JQ: tl.constexpr = 48,
-        BLOCK_T: tl.constexpr = 16, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 64, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
-        ITERS: tl.constexpr = 20):
-    """This program's column blocks of m = X_flat @ fn^T and of the Gram matrix of its BLOCK_T
-    rows, to the scratch."""
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    tmask = t < rows
-    j = tl.arange(0, JP)
-    g = tl.arange(0, GP)
-    cc = tl.arange(0, BLOCK_K)
-    x_row = x_ptr + t.to(tl.int64)[:, None] * sx_row
-    b_lo = tl.program_id(1) * kb_split
-    b_hi = tl.minimum(b_lo + kb_split, (D + BLOCK_K - 1) // BLOCK_K)
-    acc = tl.zeros((BLOCK_T, JP), tl.float32)
-    p0_0 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    p0_1 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    p1_1 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    p0_2 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    p1_2 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    p2_2 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    p0_3 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    p1_3 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    p2_3 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    p3_3 = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    for b in range(b_lo, b_hi, 1):
-        c = b * BLOCK_K + cc
-        xmask = tmask[:, None] & (c < D)[None, :]
-        wmask = (j < J)[:, None] & (c < D)[None, :]
-        x0 = tl.load(x_row + 0 * sx_stream + c[None, :], mask=xmask, other=0.0).to(tl.float32)
-        w = tl.load(fn_ptr + j[:, None] * s_fn + 0 * D + c[None, :], mask=wmask, other=0.0)
-        wt = tl.trans(w)
-        if fn_ptr.dtype.element_ty == tl.bfloat16:
-            hi = x0.to(tl.bfloat16)
-            acc = tl.dot(hi, wt, acc)
-            acc = tl.dot((x0 - hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
-        else:
-            acc = tl.dot(x0, wt.to(tl.float32), acc, input_precision="tf32x3")
-        p0_0 += x0 * x0
-        x1 = tl.load(x_row + 1 * sx_stream + c[None, :], mask=xmask, other=0.0).to(tl.float32)
-        w = tl.load(fn_ptr + j[:, None] * s_fn + 1 * D + c[None, :], mask=wmask, other=0.0)
-        wt = tl.trans(w)
-        if fn_ptr.dtype.element_ty == tl.bfloat16:
-            hi = x1.to(tl.bfloat16)
-            acc = tl.dot(hi, wt, acc)
-            acc = tl.dot((x1 - hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
-        else:
-            acc = tl.dot(x1, wt.to(tl.float32), acc, input_precision="tf32x3")
-        p0_1 += x0 * x1
-        p1_1 += x1 * x1
-        x2 = tl.load(x_row + 2 * sx_stream + c[None, :], mask=xmask, other=0.0).to(tl.float32)
-        w = tl.load(fn_ptr + j[:, None] * s_fn + 2 * D + c[None, :], mask=wmask, other=0.0)
-        wt = tl.trans(w)
-        if fn_ptr.dtype.element_ty == tl.bfloat16:
-            hi = x2.to(tl.bfloat16)
-            acc = tl.dot(hi, wt, acc)
-            acc = tl.dot((x2 - hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
-        else:
-            acc = tl.dot(x2, wt.to(tl.float32), acc, input_precision="tf32x3")
-        p0_2 += x0 * x2
-        p1_2 += x1 * x2
-        p2_2 += x2 * x2
-        x3 = tl.load(x_row + 3 * sx_stream + c[None, :], mask=xmask, other=0.0).to(tl.float32)
-        w = tl.load(fn_ptr + j[:, None] * s_fn + 3 * D + c[None, :], mask=wmask, other=0.0)
-        wt = tl.trans(w)
-        if fn_ptr.dtype.element_ty == tl.bfloat16:
-            hi = x3.to(tl.bfloat16)
-            acc = tl.dot(hi, wt, acc)
-            acc = tl.dot((x3 - hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
-        else:
-            acc = tl.dot(x3, wt.to(tl.float32), acc, input_precision="tf32x3")
-        p0_3 += x0 * x3
-        p1_3 += x1 * x3
-        p2_3 += x2 * x3
-        p3_3 += x3 * x3
-    gram = tl.zeros((BLOCK_T, GP), tl.float32)
-    gram += tl.where(g[None, :] == 0, tl.sum(p0_0, axis=1)[:, None], 0.0)
-    gram += tl.where(g[None, :] == 1, tl.sum(p0_1, axis=1)[:, None], 0.0)
-    gram += tl.where(g[None, :] == 5, tl.sum(p1_1, axis=1)[:, None], 0.0)
-    gram += tl.where(g[None, :] == 2, tl.sum(p0_2, axis=1)[:, None], 0.0)
-    gram += tl.where(g[None, :] == 6, tl.sum(p1_2, axis=1)[:, None], 0.0)
-    gram += tl.where(g[None, :] == 10, tl.sum(p2_2, axis=1)[:, None], 0.0)
-    gram += tl.where(g[None, :] == 3, tl.sum(p0_3, axis=1)[:, None], 0.0)
-    gram += tl.where(g[None, :] == 7, tl.sum(p1_3, axis=1)[:, None], 0.0)
-    gram += tl.where(g[None, :] == 11, tl.sum(p2_3, axis=1)[:, None], 0.0)
-    gram += tl.where(g[None, :] == 15, tl.sum(p3_3, axis=1)[:, None], 0.0)
-    srow = (tl.program_id(1) * rows_pad + t).to(tl.int64)
-    part = part_ptr + srow[:, None] * JQ
-    tl.store(part + j[None, :], acc, mask=tmask[:, None])
-    tl.store(part + JP + g[None, :], gram, mask=tmask[:, None])
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
+              JP, BLOCK_T, BLOCK_K)
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
 def k05_hc_pre_l0_hc_ffn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
-        NP: tl.constexpr = 4, JP: tl.constexpr = 32, GP: tl.constexpr = 16, JQ: tl.constexpr = 48,
-        BLOCK_T: tl.constexpr = 16, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 64, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
-        ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
-    """Row program_id(0): the gates from its partials, BLOCK_Y columns of y; block 0 also
-    post and comb."""
-    row = tl.program_id(0).to(tl.int64)
-    j = tl.arange(0, JP)
-    g = tl.arange(0, GP)
-    ii = tl.arange(0, NP)
-    sb = tl.arange(0, SB)
-    m = tl.zeros((JP,), tl.float32)
-    gm = tl.zeros((GP,), tl.float32)
-    for s0 in range(0, splits, SB):
-        part = part_ptr + ((s0 + sb)[:, None] * rows_pad + row) * JQ
-        live = (s0 + sb < splits)[:, None]
-        m += tl.sum(tl.load(part + j[None, :], mask=live, other=0.0, cache_modifier=".cg"), 0)
-        gm += tl.sum(tl.load(part + JP + g[None, :], mask=live, other=0.0,
-                             cache_modifier=".cg"), 0)
-    # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T); sum(x^2) = trace(G)
-    ss = tl.sum(tl.where((g // N == g % N) & (g < N * N), gm, 0.0), axis=0)
-    sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
-                                                       tl.load(scale_ptr + 2)))
-    z = m * tl.rsqrt(ss / (N * D) + NORM_EPS) * sc + tl.load(base_ptr + j, mask=j < J,
-                                                             other=0.0)
-    sig = tl.sigmoid(z)
-    # register tensors cannot be sliced: pick columns out with one-hot masked sums
-    pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
-
-    d = tl.program_id(1) * BLOCK_Y + tl.arange(0, BLOCK_Y)
-    x = tl.load(x_ptr + row * sx_row + ii[:, None] * sx_stream + d[None, :],
-                mask=(ii < N)[:, None] & (d < D)[None, :], other=0.0)
-    y = tl.sum(pre[:, None] * x, axis=0)
-    # sum(y^2) = pre^T G pre, G stored as its upper triangle
-    gi, gk = g // N, g % N
-    tri = (gi <= gk) & (gi < N)
-    pre_i = tl.sum(tl.where(gi[:, None] == ii[None, :], pre[None, :], 0.0), axis=1)
-    pre_k = tl.sum(tl.where(gk[:, None] == ii[None, :], pre[None, :], 0.0), axis=1)
-    yy = tl.sum(tl.where(tri, tl.where(gi == gk, 1.0, 2.0) * pre_i * pre_k * gm, 0.0), axis=0)
-    y = y * tl.rsqrt(tl.maximum(yy, 0.0) / D + OUT_EPS)
-    tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
-    if tl.program_id(1) == 0:
-        tl.store(post_ptr + row * spost_row + (j - N), 2.0 * sig, mask=(j >= N) & (j < 2 * N))
-        _sinkhorn(z, comb_ptr + row * scomb_row, scomb_i, N, NP, JP, HC_EPS, ITERS)
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    _finish_row(tl.program_id(0), x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
+                rows_pad, splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i, N, D, J,
+                NP, JP, SB, BLOCK_Y, NORM_EPS, HC_EPS, ITERS, OUT_EPS)
