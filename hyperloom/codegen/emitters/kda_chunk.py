@@ -1,0 +1,395 @@
+"""KDA recurrence in chunked (WY / UT) form for prefill: the same contract and result as
+`emitters.kda` (`semantics.kda.kda`), with the work of C tokens done by matrix products.
+
+Inputs q, k, v, g [rows, heads*d] (act dtype or fp32; g the per-channel log decay, <= 0), b
+[rows, heads] (beta logits), slot int64 [rows] (a sequence's rows contiguous and in position
+order, one run per slot, padding rows slot < 0); state fp32 [slots, heads, d, d] (dk x dv) read
+and written in place; out [rows, heads*d]. Scratch (`scratch`, allocated once) holds the int32
+chunk plan and the fp32 in-chunk products between the kernels (`kernel_names`, launch order):
+
+{name}_plan, grid (1,): scans slot and splits every run into chunks of C rows counted from the
+run's first row (the tail chunk shorter): the chunk table (first row of each chunk), each run's
+first chunk, and the counts. Computed on the device, so a launch never syncs with the host; the
+other grids are sized by bounds (runs <= min(rows, slots)) and spare programs exit.
+
+{name}_intra, grid (chunk bound, heads): one chunk of one head. With G the cumulative log decay
+from the chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j) (j < i) and Aqk the same
+with q_i (j <= i), in 16-row blocks: off-diagonal blocks are tl.dot products of both sides decayed
+to the boundary between them, diagonal blocks a masked [16, 16, DK] product. Every exponent is a
+sum of g over a span of rows, never positive (g <= 0), so nothing overflows however steep the
+decay. T = (I + A)^-1 by forward substitution in blocks. Stores per row W = T (beta k exp(G)),
+U = T (beta v), Q' = q exp(G) - Aqk W, O' = Aqk U, K' = k exp(G_last - G), and exp(G_last) per
+chunk. Products in full fp32.
+
+{name}, grid (d / BV, heads, run bound): walks its run's chunks in order with S[:, BV columns]
+in registers, loaded once from state[slot] and stored once: V' = U - W S; o = O' + Q' S;
+S = exp(G_last) S + K'^T V' (TF32 products on the GPU: 3e-4 relative error in a simulation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hyperloom.codegen.emitters.loops import runtime_loop
+from hyperloom.codegen.emitters.text import comment, wrap
+
+CHUNK = 64  # rows per chunk: the products' tile height
+SUB = 16  # rows per block of the in-chunk matrices (the smallest tl.dot tile)
+DK = 16  # channels per step of the in-chunk loops (the diagonal blocks' [16, 16, DK] product)
+BV = 32  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
+# sm_90a ptxas at 64 heads x 128 (bf16 in): plan 71 registers; intra 8 warps 255 registers, 100 B
+# spilled; walk 8 warps, 1 stage 148 registers, no spills, 60 KiB shared (2 stages: 228 KiB, over
+# the 227 KiB limit, so the walk must launch with num_stages=1)
+PLAN_ROWS = 1024  # rows per step of the plan's scan
+
+
+@dataclass(frozen=True)
+class KDAChunkSpec:
+    heads: int
+    head_dim: int
+    chunk: int = CHUNK
+
+    def __post_init__(self) -> None:
+        d, c = self.head_dim, self.chunk
+        assert d >= 16 and d & (d - 1) == 0, "head_dim: a power of two >= 16"
+        assert c >= SUB and c & (c - 1) == 0, f"chunk: a power of two >= {SUB}"
+
+
+@dataclass(frozen=True)
+class KDAChunkScratch:
+    """Buffers for launches of up to `rows` rows over `slots` state slots."""
+
+    count: torch.Tensor  # int32 [2]: chunks, runs
+    runs: torch.Tensor  # int32 [run bound + 1]: each run's first chunk, then the chunk count
+    chunks: torch.Tensor  # int32 [chunk bound]: each chunk's first row
+    w: torch.Tensor  # fp32 [rows, heads, d]: T (beta k exp(G))
+    u: torch.Tensor  # fp32 [rows, heads, d]: T (beta v)
+    qp: torch.Tensor  # fp32 [rows, heads, d]: Q' = q exp(G) - Aqk W
+    oi: torch.Tensor  # fp32 [rows, heads, d]: O' = Aqk U
+    kd: torch.Tensor  # fp32 [rows, heads, d]: K' = k exp(G_last - G)
+    decay: torch.Tensor  # fp32 [chunk bound, heads, d]: exp(G_last)
+
+
+def bounds(spec: KDAChunkSpec, rows: int, slots: int) -> tuple[int, int]:
+    """(runs, chunks) at most in a launch of `rows` rows: runs of n_r rows take ceil(n_r / C)
+    chunks, so sum_r ceil(n_r / C) <= (rows + runs (C - 1)) / C."""
+    runs = min(rows, slots)
+    return runs, (rows + runs * (spec.chunk - 1)) // spec.chunk
+
+
+def scratch(spec: KDAChunkSpec, rows: int, slots: int, device) -> KDAChunkScratch:
+    """Allocate once (outside a captured launch) for the largest step: 5 d heads fp32 a row,
+    40 MiB for 256 rows at 64 heads x 128, 1.25 GiB for 8192 rows."""
+    runs, chunks = bounds(spec, rows, slots)
+    h, d = spec.heads, spec.head_dim
+    i32, f32 = dict(dtype=torch.int32, device=device), dict(dtype=torch.float32, device=device)
+    return KDAChunkScratch(
+        torch.zeros(2, **i32), torch.zeros(runs + 1, **i32), torch.zeros(max(chunks, 1), **i32),
+        *(torch.empty((rows, h, d), **f32) for _ in range(5)),
+        torch.empty((max(chunks, 1), h, d), **f32))
+
+
+def kernel_names(name: str) -> tuple[str, str, str]:
+    """(plan, in-chunk products, chunk walk) defined by source(name, ...), in launch order."""
+    return f"{name}_plan", f"{name}_intra", name
+
+
+# ---------------------------------------------------------------- source
+
+HELPERS = '''
+@triton.jit
+def _max(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _mm(a, b):
+    """In-chunk products in full fp32: A feeds the triangular solve."""
+    return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _tile(x_ptr, r, m, sx, col):
+    """Rows r (live where m) of x at columns col, fp32; dead rows read 0."""
+    x = tl.load(x_ptr + r[:, None].to(tl.int64) * sx + col[None, :], mask=m[:, None], other=0.)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _rnorm(x_ptr, r, m, sx, h, D: tl.constexpr):
+    """1 / sqrt(|x|^2 + 1e-6) of rows r of head h (semantics.kda.l2norm); dead rows read 0."""
+    x = _tile(x_ptr, r, m, sx, h * D + tl.arange(0, D))
+    return 1.0 / tl.sqrt(tl.sum(x * x, axis=1) + 1e-6)
+
+
+@triton.jit
+def _diag(k, q, gl, BC: tl.constexpr):
+    """A diagonal block over one channel tile: (sum_c k_i k_j e, sum_c q_i k_j e) with e =
+    exp(gl_i - gl_j), for j < i and j <= i; gl is cumulative, so masked exponents are <= 0."""
+    i = tl.arange(0, BC)
+    low = i[:, None] >= i[None, :]
+    e = tl.exp(tl.where(low[:, :, None], gl[:, None, :] - gl[None, :, :], float("-inf")))
+    kj = k[None, :, :] * e  # [BC, BC, DK]
+    a = tl.where(i[:, None] > i[None, :], tl.sum(k[:, None, :] * kj, axis=2), 0.)
+    return a, tl.sum(q[:, None, :] * kj, axis=2)
+
+
+@triton.jit
+def _unit_lower_inv(a, BC: tl.constexpr):
+    """(I + a)^-1 for a strictly lower [BC, BC]: row r = e_r - sum_{j<r} a[r, j] row j."""
+    i = tl.arange(0, BC)
+    t = tl.where(i[:, None] == i[None, :], 1., 0.)
+    for r in tl.static_range(1, BC):
+        ar = tl.sum(tl.where(i[:, None] == r, a, 0.), axis=0)  # a[r, :], zero from column r
+        row = tl.where(i == r, 1., 0.) - tl.sum(ar[:, None] * t, axis=0)
+        t = tl.where(i[:, None] == r, row[None, :], t)
+    return t
+'''
+
+
+def _plan(name: str) -> str:
+    head, tail = runtime_loop("base", "0", "rows", "BR", " " * 4)
+    return f'''
+@triton.jit
+def {name}_plan(slot_ptr, rows, chunk_ptr, run_ptr, count_ptr, C: tl.constexpr,
+        BR: tl.constexpr = {PLAN_ROWS}):
+    n_chunks = 0
+    n_runs = 0
+    run_start = -1  # first row of the latest run seen
+{head}        r = base + tl.arange(0, BR)
+        s = tl.load(slot_ptr + r, mask=r < rows, other=-1)
+        prev = tl.load(slot_ptr + r - 1, mask=(r < rows) & (r > 0), other=-1)
+        first = (s >= 0) & (s != prev)  # a run's first row
+        start = tl.maximum(tl.associative_scan(tl.where(first, r, -1), 0, _max), run_start)
+        lead = (s >= 0) & ((r - start) % C == 0)  # a chunk's first row
+        chunk = n_chunks + tl.cumsum(lead.to(tl.int32), 0) - 1
+        tl.store(chunk_ptr + chunk, r, mask=lead)
+        tl.store(run_ptr + n_runs + tl.cumsum(first.to(tl.int32), 0) - 1, chunk, mask=first)
+        n_chunks += tl.sum(lead.to(tl.int32), 0)
+        n_runs += tl.sum(first.to(tl.int32), 0)
+        run_start = tl.max(start, 0)
+{tail}    tl.store(run_ptr + n_runs, n_chunks)
+    tl.store(count_ptr, n_chunks)
+    tl.store(count_ptr + 1, n_runs)
+'''
+
+
+def _sum(terms: list[str], empty: str) -> str:
+    return " + ".join(terms) if terms else empty
+
+
+def _blocks(nc: int) -> str:
+    """Per block I: rows r{I}, live mask m{I}, beta b{I}, inverse norms nk{I}, nq{I}, scratch
+    rows at{I}."""
+    out = []
+    for i in range(nc):
+        out.append(f'''    r{i} = row0 + {i * SUB} + j
+    m{i} = (r{i} < rows) & (tl.load(slot_ptr + r{i}, mask=r{i} < rows, other=-1) == s)
+    b{i} = tl.load(b_ptr + r{i}.to(tl.int64) * sb + h, mask=m{i}, other=0.).to(tl.float32)
+    b{i} = tl.where(m{i}, tl.sigmoid(b{i}), 0.)
+    nk{i} = _rnorm(k_ptr, r{i}, m{i}, sk, h, D)
+    nq{i} = _rnorm(q_ptr, r{i}, m{i}, sq, h, D) * Q_SCALE
+    at{i} = r{i}[:, None].to(tl.int64) * H + h  # scratch rows
+''')
+    return "".join(out)
+
+
+def _pairs(nc: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(nc) for j in range(i + 1)]
+
+
+def _products(nc: int) -> str:
+    """The channel loop that sums A and Aqk (blocks a{I}_{J}, p{I}_{J}) and stores
+    k exp(G_last - G) and the chunk's decay."""
+    zeros = "".join(f"    a{i}_{j} = tl.zeros([BC, BC], dtype=tl.float32)\n"
+                    f"    p{i}_{j} = tl.zeros([BC, BC], dtype=tl.float32)\n"
+                    for i, j in _pairs(nc))
+    body = ["    for c0 in range(0, D, DK):  # A sums over channels; decays are per channel",
+            "        col = h * D + c0 + kk",
+            "        ofs = c0 + kk[None, :]"]
+    for i in range(nc):
+        body += [f"        k{i} = _tile(k_ptr, r{i}, m{i}, sk, col) * nk{i}[:, None]",
+                 f"        q{i} = _tile(q_ptr, r{i}, m{i}, sq, col) * nq{i}[:, None]",
+                 f"        g{i} = _tile(g_ptr, r{i}, m{i}, sg, col)",
+                 f"        gl{i} = tl.cumsum(g{i}, 0)  # log decay from the block's start",
+                 f"        gt{i} = tl.sum(g{i}, 0)[None, :]  # over the whole block",
+                 f"        da, dq = _diag(k{i}, q{i}, gl{i}, BC)",
+                 f"        a{i}_{i} += da",
+                 f"        p{i}_{i} += dq"]
+        if i:  # both sides decayed to the start of block i: exponents <= 0
+            body += [f"        ki = k{i} * tl.exp(gl{i})", f"        qi = q{i} * tl.exp(gl{i})"]
+        for j in range(i):
+            span = _sum([f"gt{x}" for x in range(j + 1, i)], "0.")
+            body += [f"        kj = k{j} * tl.exp(gt{j} - gl{j} + {span})",
+                     f"        a{i}_{j} += _mm(ki, tl.trans(kj))",
+                     f"        p{i}_{j} += _mm(qi, tl.trans(kj))"]
+    for i in range(nc):
+        after = _sum([f"gt{x}" for x in range(i + 1, nc)], "0.")
+        body.append(f"        tl.store(kd_ptr + at{i} * D + ofs, k{i} * tl.exp(gt{i} - gl{i} + "
+                    f"{after}), mask=m{i}[:, None])")
+    total = _sum([f"gt{x}" for x in range(nc)], "0.")
+    body.append(f"        tl.store(decay_ptr + (i * H + h) * D + ofs, tl.exp({total}))")
+    return zeros + "\n".join(body) + "\n"
+
+
+def _solve(nc: int) -> str:
+    """T = (I + A)^-1 blockwise: T_ii by forward substitution, then for j < i
+    T_ij = -T_ii sum_{j <= l < i} A_il T_lj; and Aqk T (blocks p{I}_{J} from here on)."""
+    out = [f"    a{i}_{j} *= b{i}[:, None]\n" for i, j in _pairs(nc)]
+    for i in range(nc):
+        out.append(f"    t{i}_{i} = _unit_lower_inv(a{i}_{i}, BC)\n")
+        for j in range(i - 1, -1, -1):
+            terms = " + ".join(f"_mm(a{i}_{x}, t{x}_{j})" for x in range(j, i))
+            out.append(f"    t{i}_{j} = -_mm(t{i}_{i}, {terms})\n")
+    for i, j in _pairs(nc):  # in place, j ascending: p{i}_{x >= j} are still Aqk here
+        terms = " + ".join(f"_mm(p{i}_{x}, t{x}_{j})" for x in range(j, i + 1))
+        out.append(f"    p{i}_{j} = {terms}\n")
+    return "".join(out)
+
+
+def _chunk_rows(nc: int) -> str:
+    """The channel loop that stores, per row, W = T x and U = T y (x = beta k exp(G), y = beta
+    v) and the state-free parts of the output, Q' = q exp(G) - (Aqk T) x and O' = (Aqk T) y."""
+    body = ["    for c0 in range(0, D, DK):", "        col = h * D + c0 + kk",
+            "        ofs = c0 + kk[None, :]",
+            "        base = tl.zeros([1, DK], dtype=tl.float32)  # log decay to the block's start"]
+    for j in range(nc):
+        body += [f"        g{j} = _tile(g_ptr, r{j}, m{j}, sg, col)",
+                 f"        e{j} = tl.exp(base + tl.cumsum(g{j}, 0))  # exp(G)",
+                 f"        base += tl.sum(g{j}, 0)[None, :]",
+                 f"        x{j} = _tile(k_ptr, r{j}, m{j}, sk, col) * (nk{j} * b{j})[:, None]",
+                 f"        x{j} *= e{j}",
+                 f"        y{j} = _tile(v_ptr, r{j}, m{j}, sv, col) * b{j}[:, None]"]
+    for i in range(nc):
+        def terms(mat: str, src: str) -> str:
+            return " + ".join(f"_mm({mat}{i}_{j}, {src}{j})" for j in range(i + 1))
+        body += [f"        qp = _tile(q_ptr, r{i}, m{i}, sq, col) * nq{i}[:, None] * e{i}",
+                 f"        qp -= {terms('p', 'x')}"]
+        for z, v in (("w", terms("t", "x")), ("u", terms("t", "y")), ("oi", terms("p", "y"))):
+            body += [f"        {z} = {v}",
+                     f"        tl.store({z}_ptr + at{i} * D + ofs, {z}, mask=m{i}[:, None])"]
+        body.append(f"        tl.store(qp_ptr + at{i} * D + ofs, qp, mask=m{i}[:, None])")
+    return "\n".join(body) + "\n"
+
+
+_PRODUCTS = ["w_ptr", "u_ptr", "qp_ptr", "oi_ptr", "kd_ptr", "decay_ptr"]
+_INTRA_ARGS = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "b_ptr", "slot_ptr", "rows", "sq", "sk", "sv",
+               "sg", "sb", "chunk_ptr", "count_ptr", *_PRODUCTS, "H: tl.constexpr",
+               "D: tl.constexpr"]
+_WALK_ARGS = ["slot_ptr", "state_ptr", "o_ptr", "rows", "so", "st_slot", "st_head", "chunk_ptr",
+              "run_ptr", "count_ptr", *_PRODUCTS, "H: tl.constexpr", "D: tl.constexpr",
+              "C: tl.constexpr", "BV: tl.constexpr"]
+
+
+def _intra(name: str, spec: KDAChunkSpec) -> str:
+    nc = spec.chunk // SUB
+    return f'''
+@triton.jit
+{wrap(f"def {name}_intra(", _INTRA_ARGS + [f"BC: tl.constexpr = {SUB}",
+      f"DK: tl.constexpr = {min(DK, spec.head_dim)}",
+      f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}"], "):", 8)}
+    i = tl.program_id(0)
+    h = tl.program_id(1)
+    if i >= tl.load(count_ptr):  # past the step's chunks
+        return
+    row0 = tl.load(chunk_ptr + i)
+    s = tl.load(slot_ptr + row0)
+    j = tl.arange(0, BC)
+    kk = tl.arange(0, DK)
+{_blocks(nc)}{_products(nc)}{_solve(nc)}{_chunk_rows(nc)}'''
+
+
+def _walk(name: str) -> str:
+    head, tail = runtime_loop("i", "first", "last", "1", " " * 4)
+    return f'''
+@triton.jit
+{wrap(f"def {name}(", _WALK_ARGS, "):", 8)}
+    h = tl.program_id(1)
+    p = tl.program_id(2)
+    if p >= tl.load(count_ptr + 1):  # past the step's runs
+        return
+    first = tl.load(run_ptr + p)
+    last = tl.load(run_ptr + p + 1)
+    s = tl.load(slot_ptr + tl.load(chunk_ptr + first))
+    c = tl.program_id(0) * BV + tl.arange(0, BV)  # this program's state columns (dv)
+    kk = tl.arange(0, D)  # state rows (dk)
+    t = tl.arange(0, C)
+    st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
+    S = tl.load(st)  # [D, BV] fp32
+{head}        r = tl.load(chunk_ptr + i) + t
+        m = ((r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s))[:, None]
+        at = r[:, None].to(tl.int64) * H + h
+        w = tl.load(w_ptr + at * D + kk[None, :], mask=m, other=0.)
+        vn = tl.load(u_ptr + at * D + c[None, :], mask=m, other=0.)
+        vn -= tl.dot(w, S, input_precision="tf32")  # [C, BV]: the chunk's deltas
+        o = tl.load(oi_ptr + at * D + c[None, :], mask=m, other=0.)
+        qp = tl.load(qp_ptr + at * D + kk[None, :], mask=m, other=0.)
+        o += tl.dot(qp, S, input_precision="tf32")
+        tl.store(o_ptr + r[:, None].to(tl.int64) * so + h * D + c[None, :],
+                 o.to(o_ptr.dtype.element_ty), mask=m)
+        kd = tl.load(kd_ptr + at * D + kk[None, :], mask=m, other=0.)
+        decay = tl.load(decay_ptr + (i * H + h) * D + kk)
+        S = decay[:, None] * S + tl.dot(tl.trans(kd), vn, input_precision="tf32")
+{tail}    tl.store(st, S)
+'''
+
+
+def source(name: str, spec: KDAChunkSpec, header: str = "") -> str:
+    return f'''{comment(header)}import triton
+import triton.language as tl
+
+{HELPERS}
+{_plan(name)}
+{_intra(name, spec)}
+{_walk(name)}'''
+
+
+# ---------------------------------------------------------------- launch
+
+
+def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
+    h, d = spec.heads, spec.head_dim
+    if tuple(state.shape[1:]) != (h, d, d) or state.dtype != torch.float32 \
+            or not state.is_contiguous():
+        raise ValueError(f"KDA state: contiguous fp32 [slots, {h}, {d}, {d}], got "
+                         f"{state.dtype} {tuple(state.shape)}")
+    for name, t, width in (("q", q, h * d), ("k", k, h * d), ("v", v, h * d), ("g", g, h * d),
+                           ("b", b, h), ("out", out, h * d)):
+        if t.shape[-1] != width or t.stride(-1) != 1 or t.shape[0] < rows:
+            raise ValueError(f"KDA {name}: [>= {rows}, {width}] with the last dim contiguous, "
+                             f"got {tuple(t.shape)}")
+    runs, chunks = bounds(spec, rows, state.shape[0])
+    want = {**{n: (rows, h, d) for n in ("w", "u", "qp", "oi", "kd")}, "decay": (chunks, h, d),
+            "runs": (runs + 1,), "chunks": (chunks,)}
+    for name, shape in want.items():
+        t = getattr(work, name)
+        if t.dim() != len(shape) or any(a < b for a, b in zip(t.shape, shape)) \
+                or tuple(t.shape[1:]) != shape[1:] or not t.is_contiguous():
+            raise ValueError(f"KDA chunk scratch {name}: contiguous, at least {shape}, got "
+                             f"{tuple(t.shape)} (allocate with kda_chunk.scratch)")
+
+
+def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           g: torch.Tensor, b: torch.Tensor, slot: torch.Tensor, state: torch.Tensor,
+           out: torch.Tensor, rows: int, work: KDAChunkScratch | None = None) -> None:
+    """The first `rows` rows, as emitters.kda.launch; `work` from `scratch` (allocated here if
+    None: convenient for tests, not for a captured or hot loop)."""
+    if rows == 0:
+        return
+    if work is None:
+        work = scratch(spec, rows, state.shape[0], q.device)
+    _check(spec, q, k, v, g, b, state, out, work, rows)
+    plan, intra, walk = kernels
+    h, d, c = spec.heads, spec.head_dim, spec.chunk
+    runs, chunks = bounds(spec, rows, state.shape[0])
+    tables = (work.chunks, work.count)
+    products = (work.w, work.u, work.qp, work.oi, work.kd, work.decay)
+    plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
+    intra[(chunks, h)](q, k, v, g, b, slot, rows, q.stride(0), k.stride(0), v.stride(0),
+                       g.stride(0), b.stride(0), *tables, *products, H=h, D=d, num_warps=8)
+    bv = min(BV, d)
+    walk[(d // bv, h, runs)](slot, state, out, rows, out.stride(0), state.stride(0),
+                             state.stride(1), work.chunks, work.runs, work.count, *products,
+                             H=h, D=d, C=c, BV=bv, num_warps=8, num_stages=1)
