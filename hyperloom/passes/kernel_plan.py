@@ -28,7 +28,7 @@ GRIDS = {
     "hc_pre": "(cdiv(R, BT), splits) [; finish (R,)]",
     "hc_post": "(R, cdiv(D, BD))",
     "attention": "rope_kv (R,) ; split (R, kv_heads, S) or attend",
-    "kda": "(R, heads, d / BV)",
+    "kda": "(R, heads, d / BV) | prefill: (1,) ; (chunks, heads) ; (d / BV, heads, runs)",
     "kda_conv": "(R, 3 * cdiv(C, BC))",
     INTERPRETER: "host",
 }

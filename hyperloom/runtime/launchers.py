@@ -16,6 +16,7 @@ from hyperloom.codegen.emitters import (
     hc_post,
     hc_pre,
     kda,
+    kda_chunk,
     kda_conv,
     matmul,
 )
@@ -131,12 +132,25 @@ def _attention(entry: KernelEntry, o: Operands, device) -> Launch:
 
 
 def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
+    """The recurrent kernel, or the chunked form's for a step with a run of CHUNKED_ROWS rows
+    (prefill); the chunked form's scratch serves every KDA layer of this width."""
     node, spec = entry.node, kda_spec(entry.node, o.types)
-    kern = load(o.source(entry), entry.name, device)
+    src = o.source(entry)
+    rec, *chunked = (load(src, n, device, entry.name) for n in kda.kernel_names(entry.name))
     q, k, v, g, b, slot, _ = (o[a] for a in node.args)
     state, out = o.state[node.attrs.state + ".recurrent"], o[node.outs[0]]
-    return lambda rows, _: kda.launch(kern, spec, q=q, k=k, v=v, g=g, b=b, slot=slot,
-                                      state=state, out=out, rows=rows)
+    args = dict(q=q, k=k, v=v, g=g, b=b, slot=slot, state=state, out=out)
+    cspec, max_rows = kda.chunk_spec(spec), q.shape[0]
+    key = ("kda_chunk", cspec, max_rows, state.shape[0])
+    if max_rows >= kda.CHUNKED_ROWS and key not in o.scratch:
+        o.scratch[key] = kda_chunk.scratch(cspec, max_rows, state.shape[0], device)
+
+    def run(rows: int, seq_rows: int) -> None:
+        if seq_rows >= kda.CHUNKED_ROWS:
+            kda_chunk.launch(chunked, cspec, rows=rows, work=o.scratch[key], **args)
+        else:
+            kda.launch(rec, spec, rows=rows, **args)
+    return run
 
 
 def _kda_conv(entry: KernelEntry, o: Operands, device) -> Launch:

@@ -67,6 +67,26 @@ def test_sub_chunked_prefill_equals_token_at_a_time(model, config):
     assert_close(outs[64], outs[1], F32, "one chunk vs token at a time")
 
 
+def test_glm_chunked_kda_prefill_equals_the_reference_and_the_recurrent_form():
+    """A 50-token prompt: one step takes the chunked KDA kernels (a run of >= CHUNKED_ROWS
+    rows), steps of 4 the recurrent one, 40 + 10 both in turn; then decode continues."""
+    from hyperloom.codegen.emitters.kda import CHUNKED_ROWS
+
+    ids = prompt(50, seed=8)
+    assert 40 >= CHUNKED_ROWS > 10
+    ref, _ = engines("glm5next", "tiny", prefill_chunk=64)
+    a = ref.new_sequence()
+    want = ref.prefill(a, ids)
+    for chunk in (64, 4, 40):
+        _, comp = engines("glm5next", "tiny", prefill_chunk=chunk)
+        b = comp.new_sequence()
+        assert_close(comp.prefill(b, ids), want, F32, f"prefill in steps of {chunk}")
+        if chunk == 40:  # the state the chunked form left carries on in decode
+            for step, tok in enumerate((5, 77)):
+                assert_close(comp.decode([b], [tok])[0], ref.decode([a], [tok])[0], F32,
+                             f"decode {step} after a chunked prefill")
+
+
 def test_replayed_padded_bucket_equals_each_sequence_alone():
     """3 sequences decode in bucket 4: the padding row must write no state, and the replay
     must read this step's inputs (not the ones it was recorded with)."""

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 
 import torch
 
+from hyperloom.codegen.emitters import kda_chunk
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import RUN_STOP, comment
 
 BV = 32  # state columns (dv) per program: a [d, BV] fp32 tile, 32 registers a thread at d = 128
+CHUNKED_ROWS = 32  # a step whose longest run has this many rows takes emitters.kda_chunk
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,23 @@ class KDASpec:
         assert d >= 16 and d & (d - 1) == 0, "head_dim: a power of two >= 16"
 
 
+def kernel_names(name: str) -> tuple[str, ...]:
+    """(the recurrent kernel, then emitters.kda_chunk's kernels in launch order), all defined by
+    source(name, ...)."""
+    return (name, *kda_chunk.kernel_names(f"{name}_chunk"))
+
+
+def chunk_spec(spec: KDASpec) -> kda_chunk.KDAChunkSpec:
+    return kda_chunk.KDAChunkSpec(spec.heads, spec.head_dim)
+
+
 def source(name: str, spec: KDASpec, header: str = "") -> str:
+    """The recurrent kernel and the chunked form's kernels (a step picks one: `CHUNKED_ROWS`)."""
+    chunked = kda_chunk.source(f"{name}_chunk", chunk_spec(spec))
+    return _recurrent(name, spec, header) + "\n" + chunked
+
+
+def _recurrent(name: str, spec: KDASpec, header: str) -> str:
     head, tail = runtime_loop("i", "r", "stop", "1", " " * 4)
     return f'''{comment(header)}import triton
 import triton.language as tl
