@@ -10,7 +10,9 @@ from hyperloom.codegen.emitters import (
     hc_pre,
     kda,
     kda_conv,
+    kda_gate,
     matmul,
+    norm,
 )
 from hyperloom.codegen.specs import (
     attention_spec,
@@ -18,8 +20,10 @@ from hyperloom.codegen.specs import (
     hc_post_spec,
     hc_pre_spec,
     kda_conv_spec,
+    kda_gate_spec,
     kda_spec,
     matmul_spec,
+    norm_spec,
 )
 from hyperloom.errors import CodegenError
 from hyperloom.ir.printer import print_node
@@ -30,6 +34,7 @@ EMITTERS = {  # emitter kind -> (spec from the node and operand types, its modul
     "hc_post": (hc_post_spec, hc_post),
     "embedding": (embedding_spec, embedding), "attention": (attention_spec, attention),
     "kda": (kda_spec, kda), "kda_conv": (kda_conv_spec, kda_conv),
+    "kda_gate": (kda_gate_spec, kda_gate), "norm": (norm_spec, norm),
 }
 
 

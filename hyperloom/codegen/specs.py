@@ -11,7 +11,9 @@ from hyperloom.codegen.emitters import (
     hc_pre,
     kda,
     kda_conv,
+    kda_gate,
     matmul,
+    norm,
 )
 from hyperloom.ir.graph import Node
 from hyperloom.ir.ops import Op
@@ -60,3 +62,17 @@ def kda_spec(node: Node, types: dict) -> kda.KDASpec:
 
 def kda_conv_spec(node: Node, types: dict) -> kda_conv.ConvSpec:
     return kda_conv.ConvSpec(int(types[node.args[0]].shape[1]), node.attrs.kernel)
+
+
+def kda_gate_spec(node: Node, types: dict) -> kda_gate.KDAGateSpec:
+    at = node.attrs
+    return kda_gate.KDAGateSpec(at.heads, at.head_dim, at.lower_bound)
+
+
+def norm_spec(node: Node, types: dict) -> norm.NormSpec:
+    x = node.types[0]
+    width = 1
+    for dim in x.shape[1:]:
+        width *= int(dim)
+    group = node.attrs.head_dim if node.op is Op.GATED_RMSNORM else int(x.shape[-1])
+    return norm.NormSpec(node.op.value, width, group, node.attrs.eps)

@@ -17,7 +17,8 @@ EMITTER_OF: dict[Op, str] = {
     Op.LINEAR: "matmul", Op.LM_HEAD: "matmul", Op.NORM_LINEAR: "matmul",
     Op.SWIGLU_LINEAR: "matmul", Op.LINEAR_RESIDUAL: "matmul", Op.LINEAR_HC_POST: "matmul",
     Op.HC_PRE: "hc_pre", Op.HC_POST: "hc_post", Op.ROPE_ATTENTION: "attention", Op.KDA: "kda",
-    Op.KDA_CONV: "kda_conv",
+    Op.KDA_CONV: "kda_conv", Op.KDA_GATE: "kda_gate", Op.RMSNORM: "norm",
+    Op.GATED_RMSNORM: "norm", Op.LAYERNORM: "norm",
 }
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
@@ -30,6 +31,8 @@ GRIDS = {
     "attention": "rope_kv (R,) ; split (R, kv_heads, S) or attend",
     "kda": "(R, heads, d / BV) | prefill: (1,) ; (chunks, heads) ; (d / BV, heads, runs)",
     "kda_conv": "(R, 3 * cdiv(C, BC))",
+    "kda_gate": "(R, cdiv(W, BW))",
+    "norm": "(R, width / group)",
     INTERPRETER: "host",
 }
 

@@ -18,7 +18,9 @@ from hyperloom.codegen.emitters import (
     kda,
     kda_chunk,
     kda_conv,
+    kda_gate,
     matmul,
+    norm,
 )
 from hyperloom.codegen.specs import (
     attention_spec,
@@ -26,8 +28,10 @@ from hyperloom.codegen.specs import (
     hc_post_spec,
     hc_pre_spec,
     kda_conv_spec,
+    kda_gate_spec,
     kda_spec,
     matmul_spec,
+    norm_spec,
 )
 from hyperloom.ir.ops import Op
 from hyperloom.ir.semantics import EVAL, Ctx
@@ -164,6 +168,25 @@ def _kda_conv(entry: KernelEntry, o: Operands, device) -> Launch:
                                            rows=rows)
 
 
+def _kda_gate(entry: KernelEntry, o: Operands, device) -> Launch:
+    node, spec = entry.node, kda_gate_spec(entry.node, o.types)
+    kern = load(o.source(entry), entry.name, device)
+    f, dt_bias, a_log = (o[a] for a in node.args)
+    g = o[node.outs[0]]
+    return lambda rows, _: kda_gate.launch(kern, spec, f=f, dt_bias=dt_bias, a_log=a_log, g=g,
+                                           rows=rows)
+
+
+def _norm(entry: KernelEntry, o: Operands, device) -> Launch:
+    node, spec = entry.node, norm_spec(entry.node, o.types)
+    kern = load(o.source(entry), entry.name, device)
+    x, out = o[node.args[0]], o[node.outs[0]]
+    args = [o[a] for a in node.args[1:]]  # rmsnorm (w), gated (gate, w), layernorm (w, b)
+    extra = {"layernorm": {"b": args[-1]}, "gated_rmsnorm": {"gate": args[0]}}.get(spec.kind, {})
+    w = args[1] if spec.kind == "gated_rmsnorm" else args[0]
+    return lambda rows, _: norm.launch(kern, spec, x=x, w=w, out=out, rows=rows, **extra)
+
+
 def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
     """Reference semantics on the arena tensors: fp32 math, results cast into their buffers.
     Padding rows (slot -1, always the tail of a bucket) are left out: they own no state."""
@@ -184,4 +207,5 @@ def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
 
 BUILDERS = {"matmul": _matmul, "hc_pre": _hc_pre, "hc_post": _hc_post, "embedding": _embedding,
             "attention": _attention, "kda": _kda,
-            "kda_conv": _kda_conv, "interpreter": _interpreter}
+            "kda_conv": _kda_conv, "kda_gate": _kda_gate, "norm": _norm,
+            "interpreter": _interpreter}

@@ -176,9 +176,10 @@ def test_arena_is_smaller_than_the_naive_sum(model, config):
 def test_glm_plan_names_its_interpreter_fallbacks():
     comp = _plan("glm5next", "tiny")
     ops = {k.node.op for k in comp.plan.fallbacks}
-    assert {Op.KDA_GATE, Op.DSA_INDEX, Op.MLA_ATTENTION, Op.MOE_EXPERTS} <= ops
+    assert {Op.DSA_INDEX, Op.MLA_ATTENTION, Op.MOE_EXPERTS} <= ops
     emitters = {k.emitter for k in comp.plan.kernels}
-    assert not {Op.KDA, Op.KDA_CONV} & ops and {"kda", "kda_conv"} <= emitters
+    assert not {Op.KDA, Op.KDA_CONV, Op.KDA_GATE, Op.RMSNORM, Op.GATED_RMSNORM, Op.LAYERNORM} & ops
+    assert {"kda", "kda_conv", "kda_gate", "norm"} <= emitters
     assert "on the interpreter" in comp.plan.text() and "interpreter" in comp.plan.text()
 
 
