@@ -5,8 +5,8 @@ single-sequence reference engine gives for that sequence alone, and every refuse
 leave all sequences (lengths and the whole state store) exactly as they were.
 
 The compiled engine runs llama tiny-hc (prefill sub-chunked by 4, decode replayed from padded
-row buckets); the reference engine runs glm5next tiny (KDA fixed state and DSA caches per slot).
-"""
+row buckets) and glm5next tiny (KDA state and conv windows by slot in its kernels); the reference
+engine runs glm5next tiny (KDA fixed state and DSA caches per slot)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,7 @@ class Case:
 
 CASES = [Case("llama", "tiny-hc", "compiled", s) for s in (1, 2)] + \
         [Case("llama", "tiny-hc", "compiled", 3, kv_block_size=16)] + \
+        [Case("glm5next", "tiny", "compiled", 21)] + \
         [Case("glm5next", "tiny", "reference", s) for s in (11, 12, 13, 14, 15, 16)]
 
 
