@@ -130,22 +130,22 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
 '''
 
 
+_LOAD_X = "x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)\n"
+
+
 def _row_pass(body: str, whole: bool) -> str:
     """`body` over the row's X: `x` loaded once already (`whole`), else BLOCK_Y columns at a
     time (the row is in L2 after a first pass)."""
     if whole:
         return body
-    return ("for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n"
-            "    x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)\n"
-            f"{_indent(body, 4)}")
+    return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{_indent(_LOAD_X + body, 4)}"
 
 
 def _finish_row_source(spec: HCPreSpec) -> str:
     # passes over X: sum(x^2) for the stream norm, sum(y^2) for out_eps, then y
     whole = _blocks(spec)["BLOCK_Y"] >= spec.d  # the row is one register tile: one X read
     y = "y = tl.sum(pre[:, None] * x, axis=0)\n"
-    load = ("d = dd\nx = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)\n"
-            if whole else "")
+    load = "d = dd\n" + _LOAD_X if whole else ""
     head = (load + "sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
             + _row_pass("sq += tl.sum(x * x, axis=0)\n", whole) + "ss = tl.sum(sq, axis=0)\n")
     norm_pass, scale = "", ""
@@ -154,7 +154,8 @@ def _finish_row_source(spec: HCPreSpec) -> str:
                      + _row_pass(y + "sq += y * y\n", whole)
                      + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
         scale = "y = y * inv\n"
-    store = _row_pass(y + scale + "tl.store(y_ptr + row * sy_row + d, "
+    y_again = "" if whole and spec.out_eps is not None else y  # the norm pass made it
+    store = _row_pass(y_again + scale + "tl.store(y_ptr + row * sy_row + d, "
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole)
     sums, sume = runtime_loop("s0", "0", "splits", "SB", "")
     out_eps = "" if spec.out_eps is None else ",\n                OUT_EPS: tl.constexpr"

@@ -85,7 +85,6 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
     y = tl.sum(pre[:, None] * x, axis=0)
     sq += y * y
     inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
-    y = tl.sum(pre[:, None] * x, axis=0)
     y = y * inv
     tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
 
