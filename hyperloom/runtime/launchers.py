@@ -148,10 +148,11 @@ def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
     key = ("kda_chunk", cspec, max_rows, state.shape[0])
     if max_rows >= kda.CHUNKED_ROWS and key not in o.scratch:
         o.scratch[key] = kda_chunk.scratch(cspec, max_rows, state.shape[0], device)
+    work = o.scratch.get(key)
 
     def run(rows: int, seq_rows: int) -> None:
         if seq_rows >= kda.CHUNKED_ROWS:
-            kda_chunk.launch(chunked, cspec, rows=rows, work=o.scratch[key], **args)
+            kda_chunk.launch(chunked, cspec, rows=rows, work=work, **args)
         else:
             kda.launch(rec, spec, rows=rows, **args)
     return run

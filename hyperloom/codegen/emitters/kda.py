@@ -98,14 +98,7 @@ def launch(kernel, spec: KDASpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.
            out: torch.Tensor, rows: int) -> None:
     """The first `rows` rows; each sequence's rows contiguous and in position order."""
     h, d = spec.heads, spec.head_dim
-    if tuple(state.shape[1:]) != (h, d, d) or state.dtype != torch.float32 \
-            or not state.is_contiguous():
-        raise ValueError(f"KDA state: contiguous fp32 [slots, {h}, {d}, {d}], got "
-                         f"{state.dtype} {tuple(state.shape)}")
-    for name, t, width in (("q", q, h * d), ("k", k, h * d), ("v", v, h * d), ("g", g, h * d),
-                           ("b", b, h), ("out", out, h * d)):
-        if t.shape[-1] != width or t.stride(-1) != 1:
-            raise ValueError(f"KDA {name}: last dim {width} contiguous, got {tuple(t.shape)}")
+    kda_chunk.check_operands(h, d, q, k, v, g, b, state, out, rows)
     if rows == 0:
         return
     bv = min(BV, d)

@@ -349,8 +349,8 @@ import triton.language as tl
 # ---------------------------------------------------------------- launch
 
 
-def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
-    h, d = spec.heads, spec.head_dim
+def check_operands(h: int, d: int, q, k, v, g, b, state, out, rows: int) -> None:
+    """The KDA kernels' operand contract (this module's and `emitters.kda`'s)."""
     if tuple(state.shape[1:]) != (h, d, d) or state.dtype != torch.float32 \
             or not state.is_contiguous():
         raise ValueError(f"KDA state: contiguous fp32 [slots, {h}, {d}, {d}], got "
@@ -360,6 +360,11 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
         if t.shape[-1] != width or t.stride(-1) != 1 or t.shape[0] < rows:
             raise ValueError(f"KDA {name}: [>= {rows}, {width}] with the last dim contiguous, "
                              f"got {tuple(t.shape)}")
+
+
+def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
+    h, d = spec.heads, spec.head_dim
+    check_operands(h, d, q, k, v, g, b, state, out, rows)
     runs, chunks = bounds(spec, rows, state.shape[0])
     want = {**{n: (rows, h, d) for n in ("w", "u", "qp", "oi", "kd")}, "decay": (chunks, h, d),
             "runs": (runs + 1,), "chunks": (chunks,)}
