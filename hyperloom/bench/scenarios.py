@@ -51,13 +51,14 @@ class AgreementError(AssertionError):
     """The engine and the baseline disagree: timing them would compare different work."""
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b||, in fp64."""
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm()).item()
 
 
 def _check(ours: torch.Tensor, base: torch.Tensor, tol: float, what: str) -> float:
-    err = _rel(ours.float(), base.float())
+    err = rel_err(ours.float(), base.float())
     if not err <= tol:
         raise AgreementError(f"{what}: engine and baseline disagree (relative error {err:.3g} > "
                              f"{tol:g}); refusing to time different work")
