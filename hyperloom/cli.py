@@ -17,6 +17,7 @@ import torch
 import hyperloom
 from hyperloom.errors import HyperloomError, InputError
 from hyperloom.ir.printer import print_graph
+from hyperloom.passes.kernel_plan import APART_ROWS
 from hyperloom.models import FAMILIES, Model, family
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
@@ -264,8 +265,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     for name, prog in getattr(eng, "programs", {}).items():
         plan = prog.plan
         print(f"kernels ({name}): {len(plan.kernels)} entries, "
-              f"{plan.launches(1)} launches per decode step ({plan.launches(2)} in a wider "
-              "step), "
+              f"{plan.launches(1)} launches per decode step ({plan.launches(APART_ROWS + 1)} "
+              "in a prefill step), "
               f"{len(plan.fallbacks)} on the interpreter; arena {prog.arena.total_bytes} B")
     for p, t in zip(prompts, out):
         print(f"prompt:  {p}")

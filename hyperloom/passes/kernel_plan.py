@@ -22,6 +22,7 @@ EMITTER_OF: dict[Op, str] = {
 }
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
+APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of its own
 LAUNCHES = {"attention": (2, 2), "hc_pre": (1, 2)}  # (narrow step, wide step)
 GRIDS = {
     "embedding": "(R,)",
@@ -45,6 +46,10 @@ class KernelEntry:
     bindings: tuple[str, ...]  # operand -> where it lives
     launches: int = 1  # kernel launches of a narrow step
     wide_launches: int = 1  # and of a wider one (prefill)
+    wide_from: int = NARROW_ROWS  # the most rows a step of `launches` launches has
+
+    def launches_at(self, rows: int) -> int:
+        return self.wide_launches if rows > self.wide_from else self.launches
 
     def line(self) -> str:
         return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
@@ -62,12 +67,11 @@ class KernelPlan:
 
     def launches(self, rows: int) -> int:
         """Kernel launches of a step of `rows` rows."""
-        wide = rows > NARROW_ROWS
-        return sum(k.wide_launches if wide else k.launches for k in self.kernels)
+        return sum(k.launches_at(rows) for k in self.kernels)
 
     def text(self, detail: bool = False) -> str:
         lines = [f"kernel plan of {self.graph}: {len(self.kernels)} entries, {self.launches(1)} "
-                 f"launches ({self.launches(NARROW_ROWS + 1)} in a wider step), "
+                 f"launches ({self.launches(APART_ROWS + 1)} in a prefill step), "
                  f"{len(self.fallbacks)} on the interpreter"]
         for k in self.kernels:
             lines.append(k.line())
@@ -96,15 +100,18 @@ def _where(value: str, arena: ArenaPlan) -> str:
     return f"{value} -> row input"
 
 
-def _launches(node: Node, emitter: str, types: dict) -> tuple[int, int]:
-    """(narrow, wide) step launches. A normed projection of the [T, n, K] streams (the LM head
-    after hc_head_mean) runs a stream-mean norm kernel before its GEMM; attention runs RoPE + KV
-    write, then split-KV decode or attend; hc_pre finishes a wide step's rows in a second
-    kernel."""
+def _launches(node: Node, emitter: str, types: dict) -> tuple[int, int, int]:
+    """(narrow, wide) step launches and the most rows of a narrow step. A normed projection of
+    the [T, n, K] streams (the LM head after hc_head_mean) runs a stream-mean norm kernel before
+    its GEMM; a GEMM with the hc_post epilogue runs hc_post apart above APART_ROWS rows;
+    attention runs RoPE + KV write, then split-KV decode or attend; hc_pre finishes a wide
+    step's rows in a second kernel."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
-        return 2, 2
-    return LAUNCHES.get(emitter, (1, 1))
+        return 2, 2, NARROW_ROWS
+    if node.op is Op.LINEAR_HC_POST:
+        return 1, 2, APART_ROWS
+    return (*LAUNCHES.get(emitter, (1, 1)), NARROW_ROWS)
 
 
 def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:

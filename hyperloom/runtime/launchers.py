@@ -78,6 +78,11 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         if key not in o.scratch:
             o.scratch[key] = matmul.scratch(spec, x.shape[0], w.dtype, device)
         extra["h"] = o.scratch[key]
+    if spec.epilogue == "hc_post" and x.shape[0] > matmul.SPLIT_ROWS:
+        key = ("matmul_y", x.shape[0], spec.n_out, w.dtype)  # shared by GEMMs of this width
+        if key not in o.scratch:
+            o.scratch[key] = matmul.scratch_y(spec, x.shape[0], w.dtype, device)
+        extra["y"] = o.scratch[key]
     return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
 
 

@@ -334,21 +334,21 @@ def test_paged_arguments_are_checked() -> None:
             spec_for(4, 2, 16, block_size=bad)
 
 
-# split-KV decode: chunk = pos + 1 keys over the splits, in whole SPLIT_N (32) key blocks.
-# Lengths 1, 64, 200 and 300 at 4 splits: one split of 1 key; two of 32; 64-key chunks (two
-# blocks each), the last of 8; 96-key chunks, the last of 12. Capacity 300.
+# split-KV decode: chunk = pos + 1 keys over the splits, in whole SPLIT_N (64) key blocks.
+# Lengths 1, 64, 200 and 300 at 4 splits: one split of 1 key; one of 64; four 64-key chunks,
+# the last of 8; 128-key chunks (two blocks each), the last of 44. Capacity 300.
 SPLIT_SLOTS, SPLIT_POS = [3, 0, -1, 2, 1], [0, 63, 5, 199, 299]
 
 
 @pytest.mark.parametrize("gqa,block_size,max_splits", [
     (GQA[0], 0, 4), (GQA[2], 0, 4), (GQA[1], 16, 4), (GQA[2], 32, 4),
     (GQA[1], 0, 1),  # one split: the whole context in one program
-    (GQA[1], 32, 32),  # 10 splits (capacity 300): 32-key chunks
+    (GQA[1], 32, 32),  # 5 splits (capacity 300): 64-key chunks
 ])
 def test_split_decode(gqa: tuple[int, int, int], block_size: int, max_splits: int) -> None:
     step = Step(spec_for(*gqa, block_size=block_size), SPLIT_SLOTS, SPLIT_POS, slots=4,
                 capacity=300, seed=block_size + max_splits + gqa[0])
-    assert splits(300, max_splits) == min(max_splits, 10)
+    assert splits(300, max_splits) == min(max_splits, 5)
     step.check_cpu(seq_rows=1, part=step.scratch(max_splits))
 
 

@@ -13,11 +13,13 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.matmul import (
+    SPLIT_ROWS,
     MatmulSpec,
     gemm_spec,
     kernel_names,
     launch,
     scratch,
+    scratch_y,
     source,
     tiles,
 )
@@ -65,6 +67,9 @@ class Case:
         self.h = scratch(spec, alloc, act, device)
         if self.h is not None:
             self.h.fill_(float("nan"))
+        self.y = scratch_y(spec, alloc, act, device)  # a wide hc_post step's result rows
+        if self.y is not None:
+            self.y.fill_(float("nan"))
 
     def randn(self, *shape: int, dtype: torch.dtype, scale: float = 1.0,
               view: bool | None = None) -> torch.Tensor:
@@ -87,7 +92,7 @@ class Case:
         src = source(name, self.spec)
         kernels = tuple(load(src, n, self.device) for n in kernel_names(name, self.spec))
         launch(kernels, self.spec, x=self.x, w=self.w, out=self.out, rows=self.rows,
-               stream=self.stream, post=self.post, comb=self.comb, h=self.h)
+               stream=self.stream, post=self.post, comb=self.comb, h=self.h, y=self.y)
 
 
 def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
@@ -173,7 +178,7 @@ def test_swiglu_without_limit(rows):
     check_cpu(spec_for(40, 72, "rmsnorm", "swiglu", limit=None), rows, view=True, seed=300 + rows)
 
 
-@pytest.mark.parametrize("rows", [1, 3, 17, 50, 70])  # 70: the 128 x 128 tiles
+@pytest.mark.parametrize("rows", [1, 3, 17, 50, 70])  # 70: hc_post as GEMM + hc_post kernel
 @pytest.mark.parametrize("epilogue", ["residual", "hc_post"])
 @pytest.mark.parametrize("prologue", ["none", "mean_rmsnorm"])
 def test_in_place_update_of_the_stream(prologue, epilogue, rows):
@@ -188,17 +193,33 @@ def test_in_place_update_of_the_stream(prologue, epilogue, rows):
 
 
 def test_mean_rmsnorm_is_a_norm_kernel_then_the_plain_gemm():
-    spec = spec_for(40, 72, "mean_rmsnorm", "hc_post")
+    spec = spec_for(40, 72, "mean_rmsnorm", "residual")
     assert kernel_names("mm_k", spec) == ("mm_k_norm", "mm_k")
-    assert kernel_names("mm_k", spec_for(40, 72, "rmsnorm", "hc_post")) == ("mm_k",)
-    plain = source("mm_k", spec_for(40, 72, "none", "hc_post"))
+    assert kernel_names("mm_k", spec_for(40, 72, "rmsnorm", "residual")) == ("mm_k",)
+    plain = source("mm_k", spec_for(40, 72, "none", "residual"))
     text = source("mm_k", spec)
     gemm = plain.split("\n\n\n", 1)[1]  # the kernel after the imports
     assert text.endswith("\n\n\n" + gemm) and gemm_spec(spec).prologue == "none"
     assert "def mm_k_norm(" in text
-    assert text.count("@triton.jit") == plain.count("@triton.jit") + 1  # and hc_post's helpers
+    assert text.count("@triton.jit") == plain.count("@triton.jit") + 1
     assert scratch(spec, 7, torch.float32, "cpu").shape == (7, 40)
     assert scratch(spec_for(40, 72, "none", "store"), 7, torch.float32, "cpu") is None
+
+
+def test_hc_post_adds_the_wide_step_pair():
+    spec = spec_for(40, 72, "mean_rmsnorm", "hc_post")
+    assert kernel_names("mm_k", spec) == ("mm_k_norm", "mm_k", "mm_k_y", "mm_k_post")
+    text = source("mm_k", spec)
+    assert all(f"def {n}(" in text for n in kernel_names("mm_k", spec))
+    assert scratch_y(spec, SPLIT_ROWS, torch.float32, "cpu") is None
+    assert scratch_y(spec, SPLIT_ROWS + 1, torch.float32, "cpu").shape == (SPLIT_ROWS + 1, 72)
+    assert scratch_y(spec_for(40, 72, "none", "residual"), 500, torch.float32, "cpu") is None
+
+
+@pytest.mark.parametrize("rows", [65, 90])
+@pytest.mark.parametrize("prologue", ["none", "rmsnorm"])
+def test_wide_hc_post_step(prologue, rows):
+    check_cpu(spec_for(40, 72, prologue, "hc_post"), rows, view=True, seed=950 + rows)
 
 
 @pytest.mark.parametrize("rows", [1, 5])

@@ -33,11 +33,13 @@ def _block(spec: HCPostSpec) -> int:
 
 
 def source(name: str, spec: HCPostSpec, header: str = "") -> str:
-    return f'''{comment(header)}import triton
-import triton.language as tl
+    return f"{comment(header)}import triton\nimport triton.language as tl\n\n\n" \
+        + kernel_source(name, spec)
 
 
-@triton.jit
+def kernel_source(name: str, spec: HCPostSpec) -> str:
+    """The kernel alone (a GEMM module that runs hc_post apart includes it)."""
+    return f'''@triton.jit
 def {name}(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf, sx_row, sx_i, spost, scomb_row,
         scomb_i, so_row, so_i, N: tl.constexpr = {spec.n},
         NP: tl.constexpr = {triton.next_power_of_2(spec.n)}, D: tl.constexpr = {spec.d},

@@ -146,7 +146,7 @@ def k03_rope_attention_l0_self_attn_split(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_p
         H: tl.constexpr = 4, HKV: tl.constexpr = 2,
         G: tl.constexpr = 2, GP: tl.constexpr = 16,
         HD: tl.constexpr = 16, DP: tl.constexpr = 16,
-        BLOCK_N: tl.constexpr = 32, QK_SCALE: tl.constexpr = 0.36067376022224085):
+        BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085):
     r = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)

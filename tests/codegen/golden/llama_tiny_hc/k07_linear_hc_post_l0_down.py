@@ -110,3 +110,57 @@ def k07_linear_hc_post_l0_down(
         _hc_post_cols(acc110, cn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
         cn = pid_n * BLOCK_N + 7 * (BLOCK_N // 8) + tl.arange(0, BLOCK_N // 8)
         _hc_post_cols(acc111, cn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
+
+
+@triton.jit(do_not_specialize=["rows"])
+def k07_linear_hc_post_l0_down_y(
+    x_ptr, w_ptr, out_ptr, rows, sx_t, so_t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, GEMV: tl.constexpr):
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(rows, BLOCK_M)
+    num_n = tl.cdiv(64, BLOCK_N)
+    group = GROUP_M * num_n
+    first_m = (pid // group) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % size_m
+    pid_n = (pid % group) // size_m
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < rows
+    n_ok = rn < 64
+    rm64 = rm.to(tl.int64)  # row offsets of big activations overflow int32
+    x_rows = x_ptr + rm64[:, None] * sx_t
+    w_cols = w_ptr + rn.to(tl.int64)[None, :] * 128
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, 128, BLOCK_K):
+        kk = k0 + rk
+        k_ok = kk < 128
+        x_ok = m_ok[:, None] & k_ok[None, :]
+        b0 = tl.load(w_cols + kk[:, None], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)
+        acc = tl.dot(a.to(b0.dtype), b0, acc)
+    o_ok = m_ok[:, None] & n_ok[None, :]
+    o_rows = out_ptr + rm64[:, None] * so_t
+    tl.store(o_rows + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=o_ok)
+
+
+@triton.jit
+def k07_linear_hc_post_l0_down_post(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf, sx_row, sx_i, spost, scomb_row,
+        scomb_i, so_row, so_i, N: tl.constexpr = 4,
+        NP: tl.constexpr = 4, D: tl.constexpr = 64,
+        BLOCK_D: tl.constexpr = 64):
+    r = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    cm = c < D
+    jj = tl.arange(0, NP)
+    jm = jj < N
+    f = tl.load(f_ptr + r * sf + c, mask=cm, other=0.0).to(tl.float32)
+    post = tl.load(post_ptr + r * spost + jj, mask=jm, other=0.0)
+    out = post[:, None] * f[None, :]  # [NP, BLOCK_D]
+    for i in tl.static_range(N):
+        x = tl.load(x_ptr + r * sx_row + i * sx_i + c, mask=cm, other=0.0)
+        mix = tl.load(comb_ptr + r * scomb_row + i * scomb_i + jj, mask=jm, other=0.0)
+        out += mix[:, None] * x[None, :]
+    tl.store(o_ptr + r * so_row + jj[:, None] * so_i + c[None, :], out,
+             mask=jm[:, None] & cm[None, :])
