@@ -95,6 +95,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
     from hyperloom.bench import report
     from hyperloom.bench.kda import KDABench
     from hyperloom.bench.measure import measure_limits
+    from hyperloom.bench.moe import SCENARIOS as MOE_SCENARIOS
+    from hyperloom.bench.moe import MoEBench
     from hyperloom.bench.scenarios import TOLERANCE, Bench
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -114,6 +116,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
                    profile_steps=profile) if engine else None)
     kda = (KDABench(model, device, dtype, TOLERANCE[dtype], profile_steps=profile)
            if set(wanted) - engine else None)
+    moe = (MoEBench(model, device, dtype, TOLERANCE[dtype], profile_steps=profile)
+           if set(wanted) & set(MOE_SCENARIOS) else None)
     what = f"{args.model} --config {args.config}" + (f" --layers {args.layers}"
                                                      if args.layers else "")
     info = report.meta(device, limits, what)
@@ -125,7 +129,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     results, rec = [], report.record([], limits, info)
     save(rec)
-    for scenario in _bench_scenarios(args, wanted, bench, kda, gpu):
+    for scenario in _bench_scenarios(args, wanted, bench, kda, gpu, moe):
         results.append(scenario())
         rec = report.record(results, limits, info)
         print(report.rows(rec["results"][-1]), end="", flush=True)
@@ -140,9 +144,10 @@ ENGINE_SCENARIOS = ("decode", "site", "prefill")
 
 def _wanted_scenarios(text: str) -> list[str]:
     from hyperloom.bench.kda import SCENARIOS as KDA_SCENARIOS
+    from hyperloom.bench.moe import SCENARIOS as MOE_SCENARIOS
 
     wanted = [x.strip() for x in text.split(",") if x.strip()]
-    known = ENGINE_SCENARIOS + KDA_SCENARIOS
+    known = ENGINE_SCENARIOS + KDA_SCENARIOS + MOE_SCENARIOS
     unknown = [x for x in wanted if x not in known]
     if unknown or not wanted:
         raise InputError(f"--scenarios: unknown {', '.join(unknown) or '(none given)'}; "
@@ -151,7 +156,7 @@ def _wanted_scenarios(text: str) -> list[str]:
 
 
 def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,
-                     gpu: bool) -> list:
+                     gpu: bool, moe=None) -> list:
     """The scenarios to run, in order, as callables returning their Result."""
     from functools import partial
 
@@ -166,6 +171,10 @@ def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,
         runs += [partial(kda.step, b) for b in _sizes(args.kda_batch, "1,16", "1,3", gpu)]
     if "kda-prefill" in wanted:
         runs += [partial(kda.prefill, n) for n in _sizes(args.kda_tokens, "8192", "20", gpu)]
+    if "moe-decode" in wanted:
+        runs += [partial(moe.step, b) for b in _sizes(args.moe_batch, "1,16,64", "1,3", gpu)]
+    if "moe-prefill" in wanted:
+        runs += [partial(moe.prefill, n) for n in _sizes(args.moe_tokens, "4096", "20", gpu)]
     if "prefill" in wanted:  # last: max-autotune's compile is the longest part of a run
         runs += [partial(bench.prefill, n) for n in _sizes(args.prefill_tokens, "2048", "24", gpu)]
     return runs
@@ -306,13 +315,16 @@ def parser() -> argparse.ArgumentParser:
     bn.add_argument("--layers", type=int)
     bn.add_argument("--scenarios", default="decode,prefill,site",
                     help="comma-separated: decode, site, prefill (the engine vs torch); "
-                    "kda-decode, kda-prefill (the KDA kernels vs flash-linear-attention)")
+                    "kda-decode, kda-prefill (the KDA kernels vs flash-linear-attention); "
+                    "moe-decode, moe-prefill (the MoE kernels vs the torch loop)")
     bn.add_argument("--ctx", help=f"decode shapes: CTX (batch 1) or BATCHxCTX, e.g. 16x1024 "
                     f"(default {DECODE_GPU}; CPU: {DECODE_CPU})")
     bn.add_argument("--prefill-tokens", help="prefill lengths (default 2048; CPU: 24)")
     bn.add_argument("--site-rows", help="mHC site rows (default 1,4096; CPU: 1,16)")
     bn.add_argument("--kda-batch", help="kda-decode: sequences per step (default 1,16; CPU: 1,3)")
     bn.add_argument("--kda-tokens", help="kda-prefill: tokens (default 8192; CPU: 20)")
+    bn.add_argument("--moe-batch", help="moe-decode: rows per step (default 1,16,64; CPU: 1,3)")
+    bn.add_argument("--moe-tokens", help="moe-prefill: tokens (default 4096; CPU: 20)")
     bn.add_argument("--device")
     bn.add_argument("--json", help="write the JSON record here")
     bn.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hyperloom.codegen.emitters import (
     attention,
+    dsa,
     embedding,
     hc_post,
     hc_pre,
@@ -12,10 +13,14 @@ from hyperloom.codegen.emitters import (
     kda_conv,
     kda_gate,
     matmul,
+    mla,
+    moe_experts,
+    moe_router,
     norm,
 )
 from hyperloom.codegen.specs import (
     attention_spec,
+    dsa_spec,
     embedding_spec,
     hc_post_spec,
     hc_pre_spec,
@@ -23,6 +28,9 @@ from hyperloom.codegen.specs import (
     kda_gate_spec,
     kda_spec,
     matmul_spec,
+    mla_spec,
+    moe_experts_spec,
+    moe_router_spec,
     norm_spec,
 )
 from hyperloom.errors import CodegenError
@@ -35,6 +43,8 @@ EMITTERS = {  # emitter kind -> (spec from the node and operand types, its modul
     "embedding": (embedding_spec, embedding), "attention": (attention_spec, attention),
     "kda": (kda_spec, kda), "kda_conv": (kda_conv_spec, kda_conv),
     "kda_gate": (kda_gate_spec, kda_gate), "norm": (norm_spec, norm),
+    "moe_router": (moe_router_spec, moe_router), "moe_experts": (moe_experts_spec, moe_experts),
+    "dsa": (dsa_spec, dsa), "mla": (mla_spec, mla),
 }
 
 

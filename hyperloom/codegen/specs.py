@@ -6,6 +6,7 @@ from __future__ import annotations
 from hyperloom.config import CONFIG
 from hyperloom.codegen.emitters import (
     attention,
+    dsa,
     embedding,
     hc_post,
     hc_pre,
@@ -13,8 +14,12 @@ from hyperloom.codegen.emitters import (
     kda_conv,
     kda_gate,
     matmul,
+    mla,
+    moe_experts,
+    moe_router,
     norm,
 )
+from hyperloom.errors import CodegenError
 from hyperloom.ir.graph import Node
 from hyperloom.ir.ops import Op
 
@@ -76,3 +81,28 @@ def norm_spec(node: Node, types: dict) -> norm.NormSpec:
         width *= int(dim)
     group = node.attrs.head_dim if node.op is Op.GATED_RMSNORM else int(x.shape[-1])
     return norm.NormSpec(node.op.value, width, group, node.attrs.eps)
+
+
+def dsa_spec(node: Node, types: dict) -> dsa.DSASpec:
+    at = node.attrs  # the key cache is paged whenever the runtime pages (as attention_spec)
+    return dsa.DSASpec(at.heads, at.head_dim, at.topk, at.kpool, at.select_tail,
+                       block_size=CONFIG.kv_block_size)
+
+
+def mla_spec(node: Node, types: dict) -> mla.MLASpec:
+    at = node.attrs
+    if len(node.args) < 6:
+        raise CodegenError(f"mla_attention without a DSA index has no kernel yet: {node.outs[0]}")
+    return mla.MLASpec(at.heads, at.qk_head_dim, at.v_head_dim, at.kv_lora_rank, at.scale,
+                       int(types[node.args[5]].shape[1]), block_size=CONFIG.kv_block_size)
+
+
+def moe_router_spec(node: Node, types: dict) -> moe_router.RouterSpec:
+    at, w = node.attrs, types[node.args[1]]
+    return moe_router.RouterSpec(int(w.shape[0]), int(w.shape[1]), at.top_k, at.n_group,
+                                 at.topk_group, at.norm_topk_prob, at.scaling)
+
+
+def moe_experts_spec(node: Node, types: dict) -> moe_experts.ExpertsSpec:
+    e, i, h = (int(s) for s in types[node.args[3]].shape)  # gate_proj stack [E, I, H]
+    return moe_experts.ExpertsSpec(e, h, i, int(types[node.args[2]].shape[1]), node.attrs.limit)

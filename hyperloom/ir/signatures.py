@@ -352,7 +352,11 @@ def state_decls(node: Node, args: Types) -> tuple[StateDecl, ...]:
     if node.op is Op.MLA_ATTENTION:
         return (StateDecl(at.state + ".latent", tok, args[1].with_shape(S, at.kv_lora_rank)),)
     if node.op is Op.DSA_INDEX:
-        return (StateDecl(at.state + ".keys", tok, args[2].with_shape(S, 2 * at.head_dim)),)
+        # pooled: each complete pool's compressed key, computed once when the pool completes
+        # (the reference recomputes them from .keys and leaves this alone)
+        pools = args[2].with_shape(sympy.floor(S / at.kpool), at.head_dim)
+        return (StateDecl(at.state + ".keys", tok, args[2].with_shape(S, 2 * at.head_dim)),
+                StateDecl(at.state + ".pooled", tok, pools))
     if node.op is Op.KDA_CONV:
         window = TensorType.make(F32, 3 * args[0].shape[1], at.kernel - 1)
         return (StateDecl(at.state + ".conv", fixed, window),)

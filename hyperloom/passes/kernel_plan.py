@@ -19,11 +19,15 @@ EMITTER_OF: dict[Op, str] = {
     Op.HC_PRE: "hc_pre", Op.HC_POST: "hc_post", Op.ROPE_ATTENTION: "attention", Op.KDA: "kda",
     Op.KDA_CONV: "kda_conv", Op.KDA_GATE: "kda_gate", Op.RMSNORM: "norm",
     Op.GATED_RMSNORM: "norm", Op.LAYERNORM: "norm",
+    Op.MOE_ROUTER: "moe_router", Op.MOE_EXPERTS: "moe_experts",
+    Op.DSA_INDEX: "dsa", Op.MLA_ATTENTION: "mla",
 }
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
 APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of its own
-LAUNCHES = {"attention": (2, 2), "hc_pre": (1, 2)}  # (narrow step, wide step)
+LAUNCHES = {"attention": (2, 2), "hc_pre": (1, 2),  # (narrow step, wide step)
+            "moe_router": (2, 2), "moe_experts": (4, 5),  # 5: over 1024 (row, expert) pairs
+            "dsa": (3, 3), "mla": (3, 3)}
 GRIDS = {
     "embedding": "(R,)",
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
@@ -34,6 +38,10 @@ GRIDS = {
     "kda_conv": "(R, 3 * cdiv(C, BC))",
     "kda_gate": "(R, cdiv(W, BW))",
     "norm": "(R, width / group)",
+    "moe_router": "(R/BM, E/BN, splits) ; (R,)",
+    "moe_experts": "[count] route (chunks,) ; (tiles, I/BN) ; (tiles, H/BN) ; (R, H/BH)",
+    "dsa": "pool (R,) ; score (R, S/P/BP) ; select (R,)",
+    "mla": "absorb (R/BM, H, R/BR) ; (R, H/BH, splits) ; (R/BM, H, dv/BV)",
     INTERPRETER: "host",
 }
 

@@ -17,13 +17,14 @@ from hyperloom.ir.graph import Graph
 from hyperloom.ir.ops import Op
 from hyperloom.ir.signatures import state_decls
 from hyperloom.ir.state import StateStore
-from hyperloom.ir.types import DType, StateDecl
+from hyperloom.ir.types import DType, S, StateDecl
 from hyperloom.passes.kernel_plan import EMITTER_OF
 from hyperloom.runtime.paged import PagedStateStore
 from hyperloom.runtime.program import Program
 from hyperloom.runtime.runner import Runner
 
-PAGED_OPS = (Op.ROPE_ATTENTION,)  # ops whose kernels read and write KV through block tables
+# ops whose kernels read and write their token caches through block tables
+PAGED_OPS = (Op.ROPE_ATTENTION, Op.DSA_INDEX, Op.MLA_ATTENTION)
 
 
 class CompiledEngine(Engine):
@@ -57,10 +58,12 @@ class CompiledEngine(Engine):
 
 def _state_store(comps: dict, decls: tuple[StateDecl, ...], slots: int, capacity: int,
                  device: torch.device) -> StateStore:
-    """Paged blocks for the KV caches that kernels own; contiguous state for the rest."""
+    """Paged blocks for the token caches that kernels own (one row per position: not the DSA
+    pooled keys, one row per pool); contiguous state for the rest."""
     bs = CONFIG.kv_block_size
     paged = {d.name for c in comps.values() for n in c.graph.nodes if n.op in PAGED_OPS
-             for d in decls if d.name.startswith(n.state + ".")} if bs else set()
+             for d in decls if d.name.startswith(n.state + ".") and d.type.shape[0] == S} \
+        if bs else set()
     if not paged:
         return StateStore(decls, slots, capacity, device)
     blocks = CONFIG.kv_blocks or slots * -(-capacity // bs)

@@ -12,6 +12,7 @@ import torch
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import (
     attention,
+    dsa,
     embedding,
     hc_post,
     hc_pre,
@@ -20,10 +21,14 @@ from hyperloom.codegen.emitters import (
     kda_conv,
     kda_gate,
     matmul,
+    mla,
+    moe_experts,
+    moe_router,
     norm,
 )
 from hyperloom.codegen.specs import (
     attention_spec,
+    dsa_spec,
     embedding_spec,
     hc_post_spec,
     hc_pre_spec,
@@ -31,6 +36,9 @@ from hyperloom.codegen.specs import (
     kda_gate_spec,
     kda_spec,
     matmul_spec,
+    mla_spec,
+    moe_experts_spec,
+    moe_router_spec,
     norm_spec,
 )
 from hyperloom.ir.ops import Op
@@ -183,6 +191,69 @@ def _kda_gate(entry: KernelEntry, o: Operands, device) -> Launch:
                                            rows=rows)
 
 
+def _dsa(entry: KernelEntry, o: Operands, device) -> Launch:
+    """Indexer: cache write + pool keys, pool scores, top-k; the score scratch serves every
+    indexer of this capacity."""
+    node, spec = entry.node, dsa_spec(entry.node, o.types)
+    kerns = tuple(load(o.source(entry), n, device, entry.name)
+                  for n in dsa.kernel_names(entry.name))
+    qi, w, ki, gate, ape, slot, pos = (o[a] for a in node.args)
+    keys, pooled = (o.state[node.attrs.state + s] for s in (".keys", ".pooled"))
+    table = o.state.table if spec.block_size else None  # paged: the slots' block tables
+    dsa.check(spec, keys, pooled, table)
+    key = ("dsa_scores", qi.shape[0], pooled.shape[1])
+    if key not in o.scratch:
+        o.scratch[key] = dsa.scratch(qi.shape[0], pooled)
+    args = dict(qi=qi, w=w, ki=ki, gate=gate, ape=ape, slot=slot, pos=pos, keys=keys,
+                pooled=pooled, scores=o.scratch[key], out=o[node.outs[0]], block_table=table)
+    return lambda rows, _: dsa.launch(kerns, spec, rows=rows, **args)
+
+
+def _mla(entry: KernelEntry, o: Operands, device) -> Launch:
+    """Sparse MLA in absorbed form over the latent cache; one scratch per shape."""
+    node, spec = entry.node, mla_spec(entry.node, o.types)
+    kerns = tuple(load(o.source(entry), n, device, entry.name)
+                  for n in mla.kernel_names(entry.name))
+    q, c, wkvb, slot, pos, index = (o[a] for a in node.args)
+    latent = o.state[node.attrs.state + ".latent"]
+    key = ("mla", spec, q.shape[0], latent.dtype)
+    if key not in o.scratch:
+        o.scratch[key] = mla.scratch(spec, q.shape[0], latent.dtype, device)
+    args = dict(q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index, latent=latent,
+                out=o[node.outs[0]], work=o.scratch[key],
+                block_table=o.state.table if spec.block_size else None)
+    return lambda rows, _: mla.launch(kerns, spec, rows=rows, **args)
+
+
+def _moe_router(entry: KernelEntry, o: Operands, device) -> Launch:
+    """Router GEMV + grouped top-k; the partial-logit scratch serves every router of a spec."""
+    node, spec = entry.node, moe_router_spec(entry.node, o.types)
+    kerns = tuple(load(o.source(entry), n, device, entry.name)
+                  for n in moe_router.kernel_names(entry.name))
+    x, w, bias = (o[a] for a in node.args)
+    key = ("moe_router", spec, x.shape[0])
+    if key not in o.scratch:
+        o.scratch[key] = moe_router.scratch(spec, x.shape[0], device)
+    args = dict(x=x, w=w, bias=bias, weights=o[node.outs[0]], ids=o[node.outs[1]],
+                part=o.scratch[key])
+    return lambda rows, _: moe_router.launch(kerns, spec, rows=rows, **args)
+
+
+def _moe_experts(entry: KernelEntry, o: Operands, device) -> Launch:
+    """Grouped expert GEMMs; padding rows (slot < 0) are skipped. The routing and per-pair
+    scratch serves every MoE layer of a spec."""
+    node, spec = entry.node, moe_experts_spec(entry.node, o.types)
+    kerns = tuple(load(o.source(entry), n, device, entry.name)
+                  for n in moe_experts.kernel_names(entry.name))
+    x, weights, ids, wg, wu, wd = (o[a] for a in node.args)
+    key = ("moe_experts", spec, x.shape[0], x.dtype)
+    if key not in o.scratch:
+        o.scratch[key] = moe_experts.scratch(spec, x.shape[0], x.dtype, device)
+    args = dict(x=x, weights=weights, ids=ids, wg=wg, wu=wu, wd=wd, out=o[node.outs[0]],
+                work=o.scratch[key], skip=o.values.get("%slot"))
+    return lambda rows, _: moe_experts.launch(kerns, spec, rows=rows, **args)
+
+
 def _norm(entry: KernelEntry, o: Operands, device) -> Launch:
     node, spec = entry.node, norm_spec(entry.node, o.types)
     kern = load(o.source(entry), entry.name, device)
@@ -214,4 +285,6 @@ def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
 BUILDERS = {"matmul": _matmul, "hc_pre": _hc_pre, "hc_post": _hc_post, "embedding": _embedding,
             "attention": _attention, "kda": _kda,
             "kda_conv": _kda_conv, "kda_gate": _kda_gate, "norm": _norm,
+            "moe_router": _moe_router, "moe_experts": _moe_experts,
+            "dsa": _dsa, "mla": _mla,
             "interpreter": _interpreter}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sympy
 
 import hyperloom
 from hyperloom.errors import IRError
@@ -227,13 +228,21 @@ def test_glm5next_states() -> None:
             want[p + "mla.latent"] = (StateKind.TOKEN, TensorType.make("bf16", S, c.kv_lora_rank))
             want[p + "indexer.keys"] = (StateKind.TOKEN,
                                         TensorType.make("bf16", S, 2 * c.index_head_dim))
+            pools = sympy.floor(S / c.index_kpool)  # one row per pool
+            want[p + "indexer.pooled"] = (StateKind.TOKEN,
+                                          TensorType.make("bf16", pools, c.index_head_dim))
     assert {n: (d.kind, d.type) for n, d in decls.items()} == want
 
 
 def test_token_states_lead_with_capacity() -> None:
+    """Token state rows are positions (or pools of positions): its leading dim is S (or a
+    function of it); fixed state is sized without S."""
     for name, g in all_graphs():
         for d in g.states():
-            assert (d.type.shape[0] == S) == (d.kind is StateKind.TOKEN), (name, d)
+            lead = d.type.shape[0]
+            assert (S in lead.free_symbols) == (d.kind is StateKind.TOKEN), (name, d)
+            if d.kind is StateKind.TOKEN:
+                assert lead == S or d.name.endswith(".pooled"), (name, d)
             assert all(s.free_symbols <= {S} for s in d.type.shape), (name, d)
 
 

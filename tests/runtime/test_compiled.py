@@ -176,10 +176,12 @@ def test_arena_is_smaller_than_the_naive_sum(model, config):
 def test_glm_plan_names_its_interpreter_fallbacks():
     comp = _plan("glm5next", "tiny")
     ops = {k.node.op for k in comp.plan.fallbacks}
-    assert {Op.DSA_INDEX, Op.MLA_ATTENTION, Op.MOE_EXPERTS} <= ops
+    assert not {Op.MOE_ROUTER, Op.MOE_EXPERTS} & ops, ops  # add, hc_head_mean remain
     emitters = {k.emitter for k in comp.plan.kernels}
-    assert not {Op.KDA, Op.KDA_CONV, Op.KDA_GATE, Op.RMSNORM, Op.GATED_RMSNORM, Op.LAYERNORM} & ops
-    assert {"kda", "kda_conv", "kda_gate", "norm"} <= emitters
+    assert {"moe_router", "moe_experts"} <= emitters
+    assert not {Op.KDA, Op.KDA_CONV, Op.KDA_GATE, Op.RMSNORM, Op.GATED_RMSNORM, Op.LAYERNORM,
+                Op.DSA_INDEX, Op.MLA_ATTENTION} & ops
+    assert {"kda", "kda_conv", "kda_gate", "norm", "dsa", "mla"} <= emitters
     assert "on the interpreter" in comp.plan.text() and "interpreter" in comp.plan.text()
 
 

@@ -79,7 +79,7 @@ def test_cuda_graph_batch_equals_sequences_alone():
 def test_paged_cache_matches_fp32_reference(config, monkeypatch):
     # the same checks with the KV cache in 16-token blocks (block tables, split-KV over pages)
     monkeypatch.setattr(CONFIG, "kv_block_size", 16)
-    test_bf16_prefill_and_replayed_decode_match_fp32_reference(config)
+    test_bf16_prefill_and_replayed_decode_match_fp32_reference("llama", config, None, 32)
 
 
 def test_paged_cuda_graph_batch_equals_sequences_alone(monkeypatch):

@@ -66,3 +66,25 @@ def test_compiled_engine_on_a_small_pool():
     c = eng.new_sequence()  # reuses a's slot and blocks: must not continue a's text
     rc = ref.new_sequence()
     assert_close(eng.prefill(c, ids[20:25]), ref.prefill(rc, ids[20:25]), torch.float32, "c")
+
+
+def test_compiled_glm_pages_its_dsa_caches():
+    """GLM's indexer keys and MLA latents live in the block pool (the pooled keys, one row per
+    pool, stay per slot); a 30-token prompt in chunks of 8, then decode across a pool edge
+    (position 31), equal the reference; a request past the pool fails before launch."""
+    spec = hyperloom.build("glm5next", "tiny", dtype=torch.float32)
+    w = random_weights(spec, seed=1)
+    with overrides(kv_block_size=16, kv_blocks=2):
+        eng = hyperloom.engine(spec, w, max_seq_len=64, max_sequences=2, prefill_chunk=8)
+    ref = hyperloom.engine(spec, w, backend="reference", max_seq_len=64, max_sequences=2)
+    paged = {n.rsplit(".", 1)[-1] for n in eng.state.paged}
+    assert paged == {"keys", "latent"} and "pooled" not in paged
+    ids = torch.randint(0, 256, (30,), generator=torch.Generator().manual_seed(3))
+    a, ra = eng.new_sequence(), ref.new_sequence()
+    assert_close(eng.prefill(a, ids), ref.prefill(ra, ids), torch.float32, "prefill")
+    b = eng.new_sequence()
+    with pytest.raises(CapacityError, match="out of blocks"):
+        eng.prefill(b, ids[:20])  # a's 30 tokens hold both blocks
+    assert b.length == 0
+    for i, tok in enumerate((5, 77)):
+        assert_close(eng.decode([a], [tok]), ref.decode([ra], [tok]), torch.float32, f"step {i}")

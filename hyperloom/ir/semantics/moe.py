@@ -1,5 +1,9 @@
 """Reference semantics of routed MoE (SPEC "MLP"): sigmoid router with grouped top-k on the
-bias-corrected scores, and the weighted sum of the chosen experts' clamped SwiGLU."""
+bias-corrected scores, and the weighted sum of the chosen experts' clamped SwiGLU.
+
+Ties in a top-k (groups or experts) go to the lowest index, in descending-value order: a stable
+sort, not torch.topk, whose tie order is unspecified (its CPU quickselect picks neither the
+lowest nor the highest index); the router kernel implements the same rule."""
 
 from __future__ import annotations
 
@@ -10,6 +14,11 @@ from hyperloom.ir.semantics.context import Ctx
 from hyperloom.ir.semantics.dense import swiglu
 
 
+def _top(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest along the last dim, largest first, ties to the lowest index."""
+    return x.sort(dim=-1, descending=True, stable=True).indices[..., :k]
+
+
 def moe_router(ctx: Ctx, at: ops.RouterAttrs, x: torch.Tensor, w: torch.Tensor,
                bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     t, e = x.shape[0], w.shape[0]
@@ -18,9 +27,9 @@ def moe_router(ctx: Ctx, at: ops.RouterAttrs, x: torch.Tensor, w: torch.Tensor,
     groups = choice.view(t, at.n_group, e // at.n_group)
     group_score = groups.topk(min(2, groups.shape[-1]), -1).values.sum(-1)  # [T, G]
     keep = torch.zeros_like(group_score, dtype=torch.bool)
-    keep.scatter_(1, group_score.topk(at.topk_group, -1).indices, True)
+    keep.scatter_(1, _top(group_score, at.topk_group), True)
     choice = choice.masked_fill(~keep.repeat_interleave(e // at.n_group, 1), float("-inf"))
-    ids = choice.topk(at.top_k, -1).indices
+    ids = _top(choice, at.top_k)
     weights = s.gather(1, ids)
     if at.norm_topk_prob:
         weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)

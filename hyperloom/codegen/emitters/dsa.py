@@ -1,0 +1,300 @@
+"""The DSA lightning indexer with k-pool compression (`hyperloom.ir.semantics.dsa`, SPEC "DSA"):
+three kernels in one module (`kernel_names`).
+
+{name}_pool, grid (rows,): row r writes [kI | gate] into keys [slots, S, 2d] at (slot, pos); the
+row that completes a pool (pos % P == P - 1) computes the pool's key once, sum_t softmax_t(gate_t
++ ape_t) * kI_t per channel, into pooled [slots, S // P, d]. Its pool's earlier tokens come from
+this step's rows when they are in it (another program writes them to the cache in this launch),
+else from the cache. Padding rows (slot < 0) and positions past the capacity write nothing.
+
+{name}_score, grid (rows, cdiv(S // P, BP)): scores [rows, S // P] fp32 of the row's visible
+pools (those whose last token is <= pos): sum_h w_h h^-1/2 relu(qI_h . key d^-1/2). Programs past
+the row's pools exit, so the grid depends on the capacity only (a captured launch stays valid).
+
+{name}, grid (rows,): selection -> index [rows, topk (+ P - 1)] int32. With more visible pools
+than K = topk / P, a radix select (4 passes of 8-bit digit histograms over the ordered score
+bits) finds the K-th largest score; pools above it are taken, ties at it lowest index first
+(torch.topk breaks ties arbitrarily: the selected sets match where scores differ). Selected pools
+expand to P token ids each, in pool order (the reference orders them by score; the set is
+the same), then -1 up to column topk, then the visible tokens of the incomplete tail pool.
+
+Paged (spec.block_size = B > 0): keys is a block pool [num_blocks, B, 2d] behind a block table
+(`paging`); the pooled keys (one row per pool, 1/(2P) of the keys) stay one block per slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from hyperloom.codegen.emitters import paging
+from hyperloom.codegen.emitters.loops import runtime_loop
+from hyperloom.codegen.emitters.text import comment
+from hyperloom.config import CONFIG
+
+BP = 64  # pools per score program
+SELECT_BLOCK = 1024  # scores per iteration of the selection passes
+WARPS, SELECT_WARPS = 4, 8  # a row's selection is one program: give it more threads
+
+
+@dataclass(frozen=True)
+class DSASpec:
+    heads: int
+    head_dim: int
+    topk: int
+    kpool: int
+    select_tail: bool
+    block_size: int = 0  # tokens per block of a paged key cache; 0: contiguous per slot
+
+    def __post_init__(self) -> None:
+        assert self.topk % self.kpool == 0, "topk must be a multiple of kpool"
+
+    @property
+    def width(self) -> int:
+        return self.topk + (self.kpool - 1 if self.select_tail else 0)
+
+
+def kernel_names(name: str) -> tuple[str, str, str]:
+    """(cache write + pool keys, pool scores, top-k selection) defined by source(name, ...)."""
+    return f"{name}_pool", f"{name}_score", name
+
+
+def _pool_source(name: str, spec: DSASpec) -> str:
+    bs = spec.block_size
+    table, page = paging.params(bs)
+    return f'''
+@triton.jit
+def _pool_rows(cur_ptr, sc_, kc_row, t, here, cached):
+    """[PP, DP] values of a pool's tokens: this step's row where the token is in the step (cast
+    as the cache stores it), else the cache's."""
+    x = tl.load(cur_ptr + t * sc_, mask=here, other=0.0).to(kc_row.dtype.element_ty)
+    return x.to(tl.float32) + tl.load(kc_row, mask=cached, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def {name}(ki_ptr, g_ptr, ape_ptr, slot_ptr, pos_ptr, kc_ptr, pc_ptr, ski, sg, kc_s0, kc_s1,
+        pc_s0, pc_s1, capacity,{table} D: tl.constexpr = {spec.head_dim},
+        DP: tl.constexpr = {triton.next_power_of_2(spec.head_dim)},
+        P: tl.constexpr = {spec.kpool},
+        PP: tl.constexpr = {triton.next_power_of_2(spec.kpool)}{page}):
+    r = tl.program_id(0).to(tl.int64)
+    s = tl.load(slot_ptr + r).to(tl.int64)
+    p = tl.load(pos_ptr + r).to(tl.int64)
+    if (s < 0) | (p < 0) | (p >= capacity):  # padding: no state
+        return
+    c = tl.arange(0, DP)
+    cm = c < D
+    row = kc_ptr + {paging.row(bs, "kc", "s", "p")}
+    kt = kc_ptr.dtype.element_ty
+    tl.store(row + c, tl.load(ki_ptr + r * ski + c, mask=cm).to(kt), mask=cm)
+    tl.store(row + D + c, tl.load(g_ptr + r * sg + c, mask=cm).to(kt), mask=cm)
+    if p % P == P - 1:
+        t = tl.arange(0, PP)
+        tm = t < P
+        rr = r - (P - 1) + t  # the step row that holds token tp, if the step holds it
+        tp = p - (P - 1) + t
+        here = tm & (rr >= 0)
+        here = here & (tl.load(slot_ptr + rr, mask=here, other=-1) == s)
+        here = here & (tl.load(pos_ptr + rr, mask=here, other=-1) == tp)
+        ins = here[:, None] & cm[None, :]
+        cached = (tm & ~here)[:, None] & cm[None, :]
+        tp = tp[:, None]
+        toks = kc_ptr + {paging.row(bs, "kc", "s", "tp", "tm[:, None]")} + c[None, :]
+        k = _pool_rows(ki_ptr + c[None, :], ski, toks, rr[:, None], ins, cached)
+        g = _pool_rows(g_ptr + c[None, :], sg, toks + D, rr[:, None], ins, cached)
+        g += tl.load(ape_ptr + t[:, None] * D + c[None, :], mask=tm[:, None] & cm[None, :],
+                     other=0.0).to(tl.float32)
+        g = tl.where(tm[:, None], g, float("-inf"))
+        e = tl.exp(g - tl.max(g, axis=0)[None, :])
+        key = tl.sum(e * k, axis=0) / tl.sum(e, axis=0)
+        tl.store(pc_ptr + s * pc_s0 + (p // P) * pc_s1 + c, key.to(pc_ptr.dtype.element_ty),
+                 mask=cm)
+'''
+
+
+def _p2(n: int) -> int:
+    """A tl.dot dimension: a power of two, at least 16."""
+    return max(16, triton.next_power_of_2(n))
+
+
+def _score_source(name: str, spec: DSASpec) -> str:
+    up = ".to(tl.float32)" if CONFIG.interpret else ""  # the interpreter's low-precision dots
+    return f'''
+@triton.jit
+def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, sq, sw, pc_s0, pc_s1, ssc, npools,
+        H: tl.constexpr = {spec.heads}, HP: tl.constexpr = {_p2(spec.heads)},
+        D: tl.constexpr = {spec.head_dim}, DP: tl.constexpr = {_p2(spec.head_dim)},
+        P: tl.constexpr = {spec.kpool}, BP: tl.constexpr = {BP},
+        SCALE: tl.constexpr = {spec.head_dim ** -0.5!r},
+        WSCALE: tl.constexpr = {spec.heads ** -0.5!r}):
+    r = tl.program_id(0).to(tl.int64)
+    s = tl.load(slot_ptr + r).to(tl.int64)
+    n = tl.minimum((tl.load(pos_ptr + r) + 1) // P, npools)  # visible pools
+    j = tl.program_id(1) * BP + tl.arange(0, BP)
+    if (s < 0) | (tl.program_id(1) * BP >= n):
+        return
+    h = tl.arange(0, HP)
+    c = tl.arange(0, DP)
+    hm = h < H
+    cm = c < D
+    q = tl.load(qi_ptr + r * sq + h[:, None] * D + c[None, :], mask=hm[:, None] & cm[None, :],
+                other=0.0)
+    w = tl.load(w_ptr + r * sw + h, mask=hm, other=0.0).to(tl.float32) * WSCALE
+    jm = j < n
+    k = tl.load(pc_ptr + s * pc_s0 + j[:, None] * pc_s1 + c[None, :],
+                mask=jm[:, None] & cm[None, :], other=0.0)
+    logits = tl.dot(q.to(k.dtype){up}, tl.trans(k{up}))  # [HP, BP]
+    sc = tl.sum(w[:, None] * tl.maximum(logits * SCALE, 0.0), axis=0)
+    sc = tl.where(sc == 0.0, 0.0, sc)  # -0.0 ties +0.0, as in torch.topk
+    tl.store(sc_ptr + r * ssc + j, sc, mask=jm)
+'''
+
+
+_KEYS = '''
+@triton.jit
+def _ordered(x):
+    """fp32 scores -> int64 keys in [0, 2^32) with the scores' order (x not NaN)."""
+    b = x.to(tl.int32, bitcast=True)
+    return (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.int64) + 2147483648
+
+
+@triton.jit
+def _histogram(row_ptr, n, prefix, shift: tl.constexpr, BLOCK: tl.constexpr):
+    """Counts of the 8-bit digit at `shift` of the keys whose higher digits equal prefix's."""
+    hist = tl.zeros((256,), tl.int32)
+{loop_head}        j = start + tl.arange(0, BLOCK)
+        u = _ordered(tl.load(row_ptr + j, mask=j < n, other=0.0))
+        match = (j < n) & ((u >> (shift + 8)) == (prefix >> (shift + 8)))
+        hist += tl.histogram(((u >> shift) & 255).to(tl.int32), 256, mask=match)
+{loop_tail}    return hist
+
+
+@triton.jit
+def _kth_key(row_ptr, n, k, BLOCK: tl.constexpr):
+    """(key, take): the k-th largest key of row[:n] and how many keys equal to it the top k hold
+    (radix select, most significant digit first)."""
+    prefix = n.to(tl.int64) * 0
+    need = k
+    bins = tl.arange(0, 256)
+    for i in tl.static_range(4):  # digits at bits 24, 16, 8, 0
+        hist = _histogram(row_ptr, n, prefix, 24 - 8 * i, BLOCK)
+        at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
+        d = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
+        need -= tl.sum(tl.where(bins > d, hist, 0), axis=0)
+        prefix += d.to(tl.int64) << (24 - 8 * i)
+    return prefix, need
+'''
+
+
+def _select_source(name: str, spec: DSASpec) -> str:
+    p, pp = spec.kpool, triton.next_power_of_2(spec.kpool)
+    head, tail = runtime_loop("start", "0", "n", "BLOCK", " " * 4)
+    fill = min(1024, triton.next_power_of_2(spec.topk))
+    return f'''
+@triton.jit
+def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, K: tl.constexpr = {spec.topk // p},
+        P: tl.constexpr = {p}, PP: tl.constexpr = {pp}, TOPK: tl.constexpr = {spec.topk},
+        TAIL: tl.constexpr = {spec.select_tail and p > 1}, FILL: tl.constexpr = {fill},
+        BLOCK: tl.constexpr = {SELECT_BLOCK}):
+    r = tl.program_id(0).to(tl.int64)
+    s = tl.load(slot_ptr + r)
+    p = tl.load(pos_ptr + r)
+    n = tl.where(s >= 0, tl.minimum((p + 1) // P, npools), 0).to(tl.int32)  # visible pools
+    row = sc_ptr + r * ssc
+    out = out_ptr + r * so
+    thr = n.to(tl.int64) * 0 - 1  # every key is above -1: a dense row takes all its pools
+    take = n * 0
+    if n > K:
+        thr, take = _kth_key(row, n, K, BLOCK)
+    t = tl.arange(0, PP)
+    done = n * 0  # pools written so far
+    ties = n * 0  # keys equal to thr seen so far
+{head}        j = start + tl.arange(0, BLOCK)
+        jm = j < n
+        u = _ordered(tl.load(row + j, mask=jm, other=0.0))
+        eq = jm & (u == thr)
+        sel = jm & ((u > thr) | (eq & (ties + tl.cumsum(eq.to(tl.int32), axis=0) <= take)))
+        at = done + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        tl.store(out + at[:, None] * P + t[None, :], (j[:, None] * P + t[None, :]).to(tl.int32),
+                 mask=sel[:, None] & (t < P)[None, :])
+        done += tl.sum(sel.to(tl.int32), axis=0)
+        ties += tl.sum(eq.to(tl.int32), axis=0)
+{tail}    for c0 in tl.static_range(0, TOPK, FILL):  # -1 after the selected pools' tokens
+        col = c0 + tl.arange(0, FILL)
+        tl.store(out + col, tl.full((FILL,), -1, tl.int32), mask=(col < TOPK) & (col >= done * P))
+    if TAIL:  # the visible tokens of the incomplete pool
+        count = tl.where(s >= 0, (p + 1) % P, 0)
+        tok = p + 1 - count + t
+        tl.store(out + TOPK + t, tl.where(t < count, tok, -1).to(tl.int32), mask=t < P - 1)
+'''
+
+
+def source(name: str, spec: DSASpec, header: str = "") -> str:
+    pool, score, select = kernel_names(name)
+    head, tail = runtime_loop("start", "0", "n", "BLOCK", " " * 4)
+    keys = _KEYS.format(loop_head=head, loop_tail=tail)
+    return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
+            f"{_pool_source(pool, spec)}\n{_score_source(score, spec)}\n{keys}\n"
+            f"{_select_source(select, spec)}")
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)
+
+
+def check(spec: DSASpec, keys: torch.Tensor, pooled: torch.Tensor,
+          table: torch.Tensor | None = None) -> int:
+    """Caches: keys [slots, S, 2d] (paged: a pool [blocks, PAGE, 2d] behind `table`) and pooled
+    [slots, S // P, d], rows contiguous; returns S."""
+    d = spec.head_dim
+    _need(keys.dim() == 3 and keys.shape[2] == 2 * d and keys.stride(2) == 1,
+          f"DSA key cache: [slots, S, {2 * d}], got {tuple(keys.shape)}")
+    capacity = paging.table_args(spec.block_size, table, keys)[1]
+    _need(pooled.dim() == 3 and pooled.shape[1:] == (capacity // spec.kpool, d)
+          and pooled.stride(2) == 1,
+          f"DSA pooled keys: [slots, {capacity} // {spec.kpool}, {d}], got {tuple(pooled.shape)}")
+    return capacity
+
+
+def scratch(max_rows: int, pooled: torch.Tensor) -> torch.Tensor:
+    """Pool scores fp32 [max_rows, S // P] (allocate once, outside captured launches)."""
+    return torch.empty((max_rows, max(1, pooled.shape[1])), dtype=torch.float32,
+                       device=pooled.device)
+
+
+def select(kernel, spec: DSASpec, *, scores: torch.Tensor, slot: torch.Tensor,
+           pos: torch.Tensor, out: torch.Tensor, rows: int, pools: int) -> None:
+    """Top-k of scores[:rows, :visible pools] (at most `pools`) into out [rows, width]."""
+    _need(out.dtype == torch.int32 and out.shape[1] == spec.width and out.stride(1) == 1,
+          f"DSA index: int32 [rows, {spec.width}], got {out.dtype} {tuple(out.shape)}")
+    _need(scores.shape[0] >= rows and scores.shape[1] >= pools and scores.stride(1) == 1,
+          "DSA score scratch does not fit")
+    kernel[(rows,)](scores, slot, pos, out, scores.stride(0), out.stride(0), pools,
+                    num_warps=SELECT_WARPS)
+
+
+def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: torch.Tensor,
+           gate: torch.Tensor, ape: torch.Tensor, slot: torch.Tensor, pos: torch.Tensor,
+           keys: torch.Tensor, pooled: torch.Tensor, scores: torch.Tensor, out: torch.Tensor,
+           rows: int, block_table: torch.Tensor | None = None) -> None:
+    """Write, pool, score, select the first `rows` rows; kernels = kernel_names' three, loaded;
+    scores = scratch(>= rows, pooled); block_table int32 [slots, max_blocks] when paged. Grids
+    depend on rows and the capacity only."""
+    capacity = check(spec, keys, pooled, block_table)
+    table = paging.table_args(spec.block_size, block_table, keys)[0]
+    _need(tuple(ape.shape) == (spec.kpool, spec.head_dim) and ape.is_contiguous(),
+          f"DSA ape: contiguous [{spec.kpool}, {spec.head_dim}]")
+    if rows == 0:
+        return
+    pool, score, top = kernels
+    pools = pooled.shape[1]
+    pool[(rows,)](ki, gate, ape, slot, pos, keys, pooled, ki.stride(0), gate.stride(0),
+                  keys.stride(0), keys.stride(1), pooled.stride(0), pooled.stride(1), capacity,
+                  *table, num_warps=WARPS)
+    score[(rows, triton.cdiv(max(1, pools), BP))](
+        qi, w, slot, pos, pooled, scores, qi.stride(0), w.stride(0), pooled.stride(0),
+        pooled.stride(1), scores.stride(0), pools, num_warps=WARPS)
+    select(top, spec, scores=scores, slot=slot, pos=pos, out=out, rows=rows, pools=pools)

@@ -1,0 +1,296 @@
+"""MLA (no RoPE) over a latent cache, restricted to the tokens a DSA indexer selected
+(`hyperloom.ir.semantics.attention.mla_attention` with an index), in absorbed form: three
+kernels in one module (`kernel_names`). kv_b_proj [H * (dk + dv), R] holds per head a key part
+Wk [dk, R] and a value part Wv [dv, R]; scores q . (Wk c) = (Wk^T q) . c and values Wv c, so
+attention runs on the R-wide latents c themselves and a head's output is Wv (sum_j p_j c_j).
+
+{name}_absorb, grid (cdiv(rows, BM), H, cdiv(R, BR)): qa [rows, H, R] = q_h Wk_h (the latent
+cache's dtype); the programs of head 0 also write the rows' latents into latent [slots, S, R]
+at (slot, pos) (padding rows, slot < 0, and positions past the capacity write nothing).
+
+{name}, grid (rows, cdiv(H, BH), splits): program (r, hb, sp) takes chunk sp of the row's index
+entries (its selected token ids, -1 = none; the index width is fixed, so the cost tracks
+index_topk, not the context) and runs an online softmax over their latents for BH heads,
+storing fp32 partials (acc [BH, R], max, sum). `splits` spreads a decode step's few rows over
+the GPU; a wide step takes one. Fixed per row count, so a captured launch stays valid.
+
+{name}_out, grid (cdiv(rows, BM), H, cdiv(dv, BV)): merges a head's partials into o_lat [BM, R]
+(rescaled to a common max, divided by the sum; a row that sees no token gets zeros, as the
+reference) and projects o = o_lat Wv^T into out [rows, H * dv].
+
+Paged (spec.block_size = B > 0): latent is a block pool [num_blocks, B, R] behind a block table
+(`paging`); the latent write and the gather look each token's block up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from hyperloom.codegen.emitters import paging
+from hyperloom.codegen.emitters.loops import runtime_loop
+from hyperloom.codegen.emitters.text import comment
+from hyperloom.config import CONFIG
+
+BN = 32  # index entries per iteration
+MAX_BH = 32  # heads per attention program: acc [32, 512] fp32 is 64 registers a thread at 8 warps
+ATTEND_WARPS = 8
+MAX_SPLITS = 16
+SMS = 132  # H200 multiprocessors
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    heads: int
+    qk_head_dim: int
+    v_head_dim: int
+    rank: int  # kv_lora_rank R
+    scale: float
+    width: int  # index entries per row
+    block_size: int = 0  # tokens per block of a paged latent cache; 0: contiguous per slot
+
+    @property
+    def head_block(self) -> int:
+        """Heads per attention program (BH): programs of a row share its latents through L2,
+        so fewer, wider programs gather less; at least 16 for tl.dot."""
+        return max(16, min(MAX_BH, triton.next_power_of_2(self.heads)))
+
+    @property
+    def head_blocks(self) -> int:
+        return triton.cdiv(self.heads, self.head_block)
+
+
+def kernel_names(name: str) -> tuple[str, str, str]:
+    """(latent write + query absorption, split attention, merge + value projection)."""
+    return f"{name}_absorb", name, f"{name}_out"
+
+
+def _up() -> str:
+    """The interpreter mis-computes low-precision dots: upcast every operand there."""
+    return ".to(tl.float32)" if CONFIG.interpret else ""
+
+
+def _p2(n: int, least: int = 16) -> int:
+    return max(least, triton.next_power_of_2(n))
+
+
+def _br(spec: MLASpec) -> int:
+    """Latent columns per absorb program."""
+    return min(64, _p2(spec.rank))
+
+
+def _bv(spec: MLASpec) -> int:
+    """Output columns per merge program."""
+    return min(64, _p2(spec.v_head_dim))
+
+
+def _absorb_source(name: str, spec: MLASpec) -> str:
+    up, dk, r, bs = _up(), spec.qk_head_dim, spec.rank, spec.block_size
+    table, page = paging.params(bs)
+    at = paging.row(bs, "lat", "s", "p", "keep")
+    return f'''
+@triton.jit
+def {name}(q_ptr, c_ptr, w_ptr, slot_ptr, pos_ptr, lat_ptr, qa_ptr, rows, sq, sc, lat_s0,
+        lat_s1, capacity,{table} BM: tl.constexpr, H: tl.constexpr = {spec.heads},
+        DK: tl.constexpr = {dk}, DV: tl.constexpr = {spec.v_head_dim}, R: tl.constexpr = {r},
+        BK: tl.constexpr = {min(64, _p2(dk))}, BR: tl.constexpr = {_br(spec)}{page}):
+    h = tl.program_id(1)
+    m = tl.program_id(0) * BM + tl.arange(0, BM)
+    m64 = m.to(tl.int64)
+    rc = tl.program_id(2) * BR + tl.arange(0, BR)
+    mm = m < rows
+    rm = rc < R
+    if h == 0:  # the rows' latents into the cache
+        s = tl.load(slot_ptr + m, mask=mm, other=-1).to(tl.int64)
+        p = tl.load(pos_ptr + m, mask=mm, other=-1).to(tl.int64)
+        keep = (s >= 0) & (p >= 0) & (p < capacity)
+        x = tl.load(c_ptr + m64[:, None] * sc + rc[None, :], mask=keep[:, None] & rm[None, :],
+                    other=0.0)
+        dst = lat_ptr + ({at})[:, None] + rc[None, :]
+        tl.store(dst, x.to(lat_ptr.dtype.element_ty), mask=keep[:, None] & rm[None, :])
+    acc = tl.zeros((BM, BR), tl.float32)
+    for k0 in range(0, DK, BK):
+        kk = k0 + tl.arange(0, BK)
+        km = kk < DK
+        a = tl.load(q_ptr + m64[:, None] * sq + h * DK + kk[None, :],
+                    mask=mm[:, None] & km[None, :], other=0.0)
+        b = tl.load(w_ptr + (h * (DK + DV) + kk)[:, None] * R + rc[None, :],
+                    mask=km[:, None] & rm[None, :], other=0.0)
+        acc += tl.dot(a.to(b.dtype){up}, b{up})
+    tl.store(qa_ptr + (m64[:, None] * H + h) * R + rc[None, :],
+             acc.to(qa_ptr.dtype.element_ty), mask=mm[:, None] & rm[None, :])
+'''
+
+
+def _attend_source(name: str, spec: MLASpec) -> str:
+    up, bs = _up(), spec.block_size
+    table, page = paging.params(bs)
+    at = paging.row(bs, "lat", "s", "t", "ok")
+    head, tail = runtime_loop("j0", "lo", "hi", "BN", " " * 8)
+    return f'''
+@triton.jit
+def {name}(qa_ptr, idx_ptr, slot_ptr, pos_ptr, lat_ptr, acc_ptr, ml_ptr, rows, sidx, lat_s0,
+        lat_s1,{table} CHUNK: tl.constexpr, H: tl.constexpr = {spec.heads},
+        R: tl.constexpr = {spec.rank}, RP: tl.constexpr = {_p2(spec.rank)},
+        W: tl.constexpr = {spec.width}, BH: tl.constexpr = {spec.head_block},
+        BN: tl.constexpr = {BN},
+        QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
+    r = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1) * BH + tl.arange(0, BH)
+    sp = tl.program_id(2)
+    s = tl.load(slot_ptr + r).to(tl.int64)
+    p = tl.load(pos_ptr + r)
+    c = tl.arange(0, RP)
+    hm = h < H
+    cm = c < R
+    q = tl.load(qa_ptr + (r * H + h[:, None]) * R + c[None, :], mask=hm[:, None] & cm[None, :],
+                other=0.0)
+    # finite floor: a split that sees no token keeps m = -1e30, l = 0, acc = 0
+    m_i = tl.full((BH,), -1e30, tl.float32)
+    l_i = tl.zeros((BH,), tl.float32)
+    acc = tl.zeros((BH, RP), tl.float32)
+    n = tl.arange(0, BN)
+    lo = sp * CHUNK
+    hi = tl.minimum(lo + CHUNK, W)
+    if s >= 0:
+{head}            j = j0 + n
+            t = tl.load(idx_ptr + r * sidx + j, mask=j < hi, other=-1).to(tl.int64)
+            ok = (t >= 0) & (t <= p)
+            lat = tl.load(lat_ptr + ({at})[:, None] + c[None, :],
+                          mask=ok[:, None] & cm[None, :], other=0.0)
+            sc = tl.dot(q{up}, tl.trans(lat{up})) * QK_SCALE  # [BH, BN]
+            sc = tl.where(ok[None, :], sc, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            e = tl.exp2(sc - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(e, axis=1)
+            acc = acc * alpha[:, None] + tl.dot(e.to(lat.dtype){up}, lat{up})
+            m_i = m_new
+{tail}    part = (sp * rows + r) * H + h  # partials of (split, row, head)
+    tl.store(acc_ptr + part[:, None] * R + c[None, :], acc, mask=hm[:, None] & cm[None, :])
+    tl.store(ml_ptr + part * 2, m_i, mask=hm)
+    tl.store(ml_ptr + part * 2 + 1, l_i, mask=hm)
+'''
+
+
+def _out_source(name: str, spec: MLASpec) -> str:
+    up, dv, r = _up(), spec.v_head_dim, spec.rank
+    return f'''
+@triton.jit
+def {name}(acc_ptr, ml_ptr, w_ptr, o_ptr, rows, so, SPLITS: tl.constexpr, BM: tl.constexpr,
+        H: tl.constexpr = {spec.heads}, DK: tl.constexpr = {spec.qk_head_dim},
+        DV: tl.constexpr = {dv}, R: tl.constexpr = {r}, BK: tl.constexpr = {min(64, _p2(r))},
+        BV: tl.constexpr = {_bv(spec)}):
+    h = tl.program_id(1)
+    m = tl.program_id(0) * BM + tl.arange(0, BM)
+    m64 = m.to(tl.int64)
+    v = tl.program_id(2) * BV + tl.arange(0, BV)
+    mm = m < rows
+    vm = v < DV
+    top = tl.full((BM,), -1e30, tl.float32)
+    for sp in range(SPLITS):
+        top = tl.maximum(top, tl.load(ml_ptr + ((sp * rows + m64) * H + h) * 2, mask=mm,
+                                      other=-1e30))
+    total = tl.zeros((BM,), tl.float32)
+    for sp in range(SPLITS):
+        ml = ml_ptr + ((sp * rows + m64) * H + h) * 2
+        f = tl.exp2(tl.load(ml, mask=mm, other=-1e30) - top)
+        total += f * tl.load(ml + 1, mask=mm, other=0.0)
+    inv = tl.where(total > 0.0, 1.0 / tl.where(total > 0.0, total, 1.0), 0.0)
+    out = tl.zeros((BM, BV), tl.float32)
+    for k0 in range(0, R, BK):
+        kk = k0 + tl.arange(0, BK)
+        km = kk < R
+        o = tl.zeros((BM, BK), tl.float32)
+        for sp in range(SPLITS):
+            part = (sp * rows + m64) * H + h
+            f = tl.exp2(tl.load(ml_ptr + part * 2, mask=mm, other=-1e30) - top)
+            o += f[:, None] * tl.load(acc_ptr + part[:, None] * R + kk[None, :],
+                                      mask=mm[:, None] & km[None, :], other=0.0)
+        wv = tl.load(w_ptr + (h * (DK + DV) + DK + v)[None, :] * R + kk[:, None],
+                     mask=km[:, None] & vm[None, :], other=0.0)
+        out += tl.dot((o * inv[:, None]).to(wv.dtype){up}, wv{up})
+    tl.store(o_ptr + m64[:, None] * so + h * DV + v[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=mm[:, None] & vm[None, :])
+'''
+
+
+def source(name: str, spec: MLASpec, header: str = "") -> str:
+    absorb, attend, out = kernel_names(name)
+    return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
+            f"{_absorb_source(absorb, spec)}\n{_attend_source(attend, spec)}\n"
+            f"{_out_source(out, spec)}")
+
+
+def splits(spec: MLASpec, rows: int, max_splits: int = MAX_SPLITS) -> int:
+    """Index chunks per row: enough programs to fill the GPU at this row count."""
+    want = triton.cdiv(2 * SMS, max(1, rows) * spec.head_blocks)
+    return max(1, min(want, max_splits, triton.cdiv(spec.width, BN)))
+
+
+def chunk(spec: MLASpec, n: int) -> int:
+    """Index entries per split at n splits (whole BN blocks)."""
+    return triton.cdiv(triton.cdiv(spec.width, n), BN) * BN
+
+
+def scratch(spec: MLASpec, max_rows: int, dtype: torch.dtype, device,
+            max_splits: int = MAX_SPLITS) -> tuple[torch.Tensor, ...]:
+    """(qa [max_rows, H, R] in `dtype` (the latent cache's), fp32 partials acc [n, H, R] and
+    (max, sum) [n, H, 2]), n the most (split, row) pairs a launch of <= max_rows rows takes.
+    Allocate once, outside captured launches."""
+    n = max(r * splits(spec, r, max_splits) for r in range(1, max_rows + 1))
+    f32 = dict(dtype=torch.float32, device=device)
+    return (torch.empty((max_rows, spec.heads, spec.rank), dtype=dtype, device=device),
+            torch.empty((n, spec.heads, spec.rank), **f32),
+            torch.empty((n, spec.heads, 2), **f32))
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)
+
+
+def check(spec: MLASpec, *, q, c, wkvb, latent, index, out, block_table=None) -> int:
+    """Operand shapes; returns the positions one slot's latent cache holds."""
+    h, dk, dv, r = spec.heads, spec.qk_head_dim, spec.v_head_dim, spec.rank
+    _need(tuple(wkvb.shape) == (h * (dk + dv), r) and wkvb.is_contiguous(),
+          f"MLA kv_b_proj: contiguous [{h * (dk + dv)}, {r}], got {tuple(wkvb.shape)}")
+    _need(latent.dim() == 3 and latent.shape[2] == r and latent.stride(2) == 1,
+          f"MLA latent cache: [slots, S, {r}], got {tuple(latent.shape)}")
+    for what, t, n in (("q", q, h * dk), ("latent rows", c, r), ("index", index, spec.width),
+                       ("out", out, h * dv)):
+        _need(t.dim() == 2 and t.shape[1] == n and t.stride(1) == 1,
+              f"MLA {what}: [rows, {n}] with a contiguous last dim, got {tuple(t.shape)}")
+    return paging.table_args(spec.block_size, block_table, latent)[1]
+
+
+def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: torch.Tensor,
+           slot: torch.Tensor, pos: torch.Tensor, index: torch.Tensor, latent: torch.Tensor,
+           out: torch.Tensor, work: tuple[torch.Tensor, ...], rows: int,
+           block_table: torch.Tensor | None = None, max_splits: int = MAX_SPLITS) -> None:
+    """Latent write, absorbed query, split attention over the index, merge + value projection
+    of the first `rows` rows; work = scratch(spec, >= rows, latent.dtype, ...); block_table
+    int32 [slots, max_blocks] when paged (latent is then a block pool)."""
+    capacity = check(spec, q=q, c=c, wkvb=wkvb, latent=latent, index=index, out=out,
+                     block_table=block_table)
+    table = paging.table_args(spec.block_size, block_table, latent)[0]
+    if rows == 0:
+        return
+    absorb, attend, merge = kernels
+    qa, acc, ml = work
+    n = splits(spec, rows, max_splits)
+    _need(qa.shape[0] >= rows and acc.shape[0] >= rows * n and ml.shape[0] >= rows * n,
+          "MLA scratch does not fit")
+    h, (bm, warps) = spec.heads, ((16, 4) if rows <= 16 else (64, 8))  # sm_90a: no spills
+    lat_strides = (latent.stride(0), latent.stride(1))
+    absorb[(triton.cdiv(rows, bm), h, triton.cdiv(spec.rank, _br(spec)))](
+        q, c, wkvb, slot, pos, latent, qa, rows, q.stride(0), c.stride(0), *lat_strides,
+        capacity, *table, BM=bm, num_warps=warps)
+    attend[(rows, spec.head_blocks, n)](qa, index, slot, pos, latent, acc, ml, rows,
+                                        index.stride(0), *lat_strides, *table,
+                                        CHUNK=chunk(spec, n), num_warps=ATTEND_WARPS)
+    merge[(triton.cdiv(rows, bm), h, triton.cdiv(spec.v_head_dim, _bv(spec)))](
+        acc, ml, wkvb, out, rows, out.stride(0), SPLITS=n, BM=bm, num_warps=warps)

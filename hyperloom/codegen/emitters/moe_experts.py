@@ -1,0 +1,351 @@
+"""Routed experts (`hyperloom.ir.semantics.moe.moe_experts`, SPEC "MLP") as grouped GEMMs over
+the experts the step chose, five kernels in launch order:
+
+`{name}_count`, `{name}_route` (a program per chunk of up to 1024 pairs; count only for steps
+  of several chunks): the (row, choice) pairs p = t * k + c grouped by expert: histograms,
+  prefix sums (each expert's first sorted position and, for row tiles of BM, its tile ends) and
+  a stable scatter of p into `order` (a chunk's pairs sorted by (expert, p), placed after the
+  pairs of earlier chunks). Rows whose `skip` is negative (padding) and ids out of range go to
+  a bin past the last expert and are never computed.
+`{name}_gate_up`: program (tile, column block): a tile is BM sorted pairs of one expert; h[pos]
+  = silu(min(g, L)) * clamp(u, -L, L) of x[t] @ wg[e]^T, wu[e]^T (h [pairs, I], x's dtype).
+`{name}_down`: part[p] = weight[p] * (h[pos] @ wd[e]^T) (part [pairs, H], x's dtype).
+`{name}`: out[t] = sum over c of part[t * k + c], in choice order (deterministic, no atomics).
+
+Each tile reads its expert's weight columns once, so experts chosen by up to BM rows are read
+once per step whatever the row count. Few rows per expert (decode, verify): BM = 16 and narrow
+column blocks (GEMV tiling); many (prefill): tensor-core tiles. Grids are upper bounds set by
+`rows` alone (no host sync, capturable): tiles past the step's last exit at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from hyperloom.codegen.emitters.text import comment
+from hyperloom.config import CONFIG
+
+GEMV_ROWS = 16  # at most this many rows per expert on average: GEMV tiling
+SMEM_BYTES = 160 * 1024  # pipelined operand tiles (as emitters.matmul)
+COMBINE_BLOCK = 1024
+ROUTE_BLOCKS = (128, 1024)  # pairs the route kernel sorts at a time: the fewest and most
+
+
+@dataclass(frozen=True)
+class ExpertsSpec:
+    experts: int
+    hidden: int
+    inter: int
+    top_k: int
+    limit: float | None
+
+    @property
+    def bins(self) -> int:
+        """Histogram bins: the experts and one for pairs that are not computed."""
+        return triton.next_power_of_2(self.experts + 1)
+
+
+def kernel_names(name: str) -> tuple[str, ...]:
+    return f"{name}_count", f"{name}_route", f"{name}_gate_up", f"{name}_down", name
+
+
+def _dot(a: str, b: str, acc: str) -> str:
+    if CONFIG.interpret:  # the interpreter mis-computes low-precision dots: upcast both
+        return f"tl.dot({a}.to(tl.float32), {b}.to(tl.float32), {acc})"
+    return f"tl.dot({a}.to({b}.dtype), {b}, {acc})"
+
+
+_HELPERS = '''
+@triton.jit
+def _expert_of(ids_ptr, skip_ptr, p, pairs, si, ss, K: tl.constexpr, E: tl.constexpr,
+               HAS_SKIP: tl.constexpr):
+    """The expert of pairs p; E (the spare bin) past the end, for skipped rows, bad ids."""
+    ok = p < pairs
+    t = p // K
+    e = tl.load(ids_ptr + t * si + p % K, mask=ok, other=E)
+    if HAS_SKIP:
+        ok = ok & (tl.load(skip_ptr + t * ss, mask=ok, other=-1) >= 0)
+    return tl.where(ok & (e >= 0) & (e < E), e, E)
+
+
+@triton.jit
+def _tile_rows(meta_ptr, order_ptr, e, pid_m, BM: tl.constexpr, EB: tl.constexpr):
+    """Sorted positions, their mask and pair ids of row tile pid_m (of expert e)."""
+    count = tl.load(meta_ptr + e)
+    first = tl.load(meta_ptr + 2 * EB + e) - (count + BM - 1) // BM
+    r = (pid_m - first) * BM + tl.arange(0, BM)
+    ok = r < count
+    pos = tl.load(meta_ptr + EB + e) + r
+    pair = tl.load(order_ptr + pos, mask=ok, other=0)
+    return pos.to(tl.int64), ok, pair
+
+
+@triton.jit
+def _tile_of(pid, tiles_ub, num_n, GROUP_M: tl.constexpr):
+    """(row tile, column block) of program pid: GROUP_M row tiles share column blocks in L2."""
+    group = GROUP_M * num_n
+    first_m = (pid // group) * GROUP_M
+    size_m = tl.minimum(tiles_ub - first_m, GROUP_M)
+    return first_m + (pid % group) % size_m, (pid % group) // size_m
+
+
+@triton.jit
+def _expert_at(meta_ptr, pid_m, EB: tl.constexpr):
+    """The expert of row tile pid_m: how many experts' tiles all end at or before it (E or more
+    when pid_m is past the last tile)."""
+    ends = tl.load(meta_ptr + 2 * EB + tl.arange(0, EB))
+    return tl.sum((ends <= pid_m).to(tl.int32), 0)
+'''
+
+
+def _route(name: str, spec: ExpertsSpec) -> str:
+    """`{name}_count` (program c: the expert histogram of pairs [c BLOCK, (c + 1) BLOCK)), run
+    only when a step has several chunks, and `{name}_route` (program c: chunk c's pairs sorted
+    by (expert, p) and placed after the same experts' pairs of earlier chunks)."""
+    consts = (f"E: tl.constexpr = {spec.experts}, EB: tl.constexpr = {spec.bins}, "
+              f"K: tl.constexpr = {spec.top_k}")
+    return f'''
+@triton.jit(do_not_specialize=["pairs"])
+def {name}_count(ids_ptr, skip_ptr, counts_ptr, pairs, si, ss, BLOCK: tl.constexpr,
+        HAS_SKIP: tl.constexpr, {consts}):
+    c = tl.program_id(0)
+    e = _expert_of(ids_ptr, skip_ptr, c * BLOCK + tl.arange(0, BLOCK), pairs, si, ss, K, E,
+                   HAS_SKIP)
+    tl.store(counts_ptr + c * EB + tl.arange(0, EB), tl.histogram(e, EB))
+
+
+@triton.jit(do_not_specialize=["pairs", "chunks"])
+def {name}_route(ids_ptr, skip_ptr, counts_ptr, order_ptr, meta_ptr, pairs, chunks, si, ss,
+        BM: tl.constexpr, BLOCK: tl.constexpr, HAS_SKIP: tl.constexpr, {consts}):
+    c = tl.program_id(0)
+    eb = tl.arange(0, EB)
+    lane = tl.arange(0, BLOCK)
+    e = _expert_of(ids_ptr, skip_ptr, c * BLOCK + lane, pairs, si, ss, K, E, HAS_SKIP)
+    hist = tl.histogram(e, EB)
+    total = hist
+    before = tl.zeros([EB], dtype=tl.int32)  # pairs of each expert in earlier chunks
+    other = 0
+    while other < chunks:  # the other chunks' histograms (from {name}_count)
+        row = tl.load(counts_ptr + other * EB + eb, mask=(eb < EB) & (other != c), other=0)
+        total += row
+        before += tl.where(other < c, row, 0)
+        other += 1
+    total = tl.where(eb < E, total, 0)
+    start = tl.cumsum(total, 0) - total  # each expert's first sorted position
+    if c == 0:
+        tl.store(meta_ptr + eb, total)
+        tl.store(meta_ptr + EB + eb, start)
+        tl.store(meta_ptr + 2 * EB + eb, tl.cumsum((total + BM - 1) // BM, 0))  # tile ends
+    # the n-th pair of expert e in this chunk's (expert, p) order lands at stage[e] + its
+    # sorted index (n + the chunk's pairs of experts below e)
+    stage = meta_ptr + (3 + c) * EB
+    tl.store(stage + eb, start + before - (tl.cumsum(hist, 0) - hist))
+    tl.debug_barrier()
+    key = tl.sort(e * BLOCK + lane)
+    es = key // BLOCK
+    dest = tl.load(stage + es, mask=es < E, other=0) + lane
+    tl.store(order_ptr + dest, c * BLOCK + key % BLOCK, mask=es < E)
+'''
+
+
+def _grouped(name: str, spec: ExpertsSpec, kind: str) -> str:
+    """The grouped GEMM of gate_up (x rows -> h rows, swiglu) or down (h rows -> part rows)."""
+    up = kind == "gate_up"
+    n, k = (spec.inter, spec.hidden) if up else (spec.hidden, spec.inter)
+    params = "x_ptr, wg_ptr, wu_ptr, h_ptr" if up else "h_ptr, wd_ptr, wt_ptr, part_ptr"
+    stride = "sx" if up else "sw"
+    a_rows = "x_ptr + (pair // K).to(tl.int64)[:, None] * sx" if up \
+        else f"h_ptr + pos[:, None] * {k}"
+    weights = [("acc_g", "wg_ptr"), ("acc_u", "wu_ptr")] if up else [("acc", "wd_ptr")]
+    loads = "".join(f"        b{i} = tl.load({w} + w_off + kk[:, None], mask=b_ok, other=0.0)\n"
+                    f"        {acc} = {_dot('a', f'b{i}', acc)}\n"
+                    for i, (acc, w) in enumerate(weights))
+    zeros = "".join(f"    {acc} = tl.zeros([BM, BN], dtype=tl.float32)\n" for acc, _ in weights)
+    return f'''
+@triton.jit(do_not_specialize=["tiles_ub"])
+def {name}_{kind}({params}, order_ptr, meta_ptr, tiles_ub, {stride}, BM: tl.constexpr,
+        BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+        E: tl.constexpr = {spec.experts}, EB: tl.constexpr = {spec.bins},
+        K: tl.constexpr = {spec.top_k}, N: tl.constexpr = {n}, KD: tl.constexpr = {k}):
+    pid_m, pid_n = _tile_of(tl.program_id(0), tiles_ub, tl.cdiv(N, BN), GROUP_M)
+    e = _expert_at(meta_ptr, pid_m, EB)
+    if e >= E:  # past the step's last tile
+        return
+    pos, m_ok, pair = _tile_rows(meta_ptr, order_ptr, e, pid_m, BM, EB)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    n_ok = rn < N
+    a_rows = {a_rows}
+    w_off = e.to(tl.int64) * N * KD + rn.to(tl.int64)[None, :] * KD
+{zeros}    for k0 in range(0, KD, BK):
+        kk = k0 + rk
+        k_ok = kk < KD
+        b_ok = k_ok[:, None] & n_ok[None, :]
+        a = tl.load(a_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+{loads}    o_ok = m_ok[:, None] & n_ok[None, :]
+{_gate_up_epilogue(spec) if up else _down_epilogue()}'''
+
+
+def _gate_up_epilogue(spec: ExpertsSpec) -> str:
+    lim = spec.limit
+    clamp = "" if lim is None else (
+        f"    acc_g = tl.minimum(acc_g, {float(lim)!r})\n"
+        f"    acc_u = tl.minimum(tl.maximum(acc_u, {-float(lim)!r}), {float(lim)!r})\n")
+    return (f"{clamp}    h = acc_g * tl.sigmoid(acc_g) * acc_u\n"
+            "    tl.store(h_ptr + pos[:, None] * N + rn[None, :], "
+            "h.to(h_ptr.dtype.element_ty), mask=o_ok)\n")
+
+
+def _down_epilogue() -> str:
+    return ("    wt = tl.load(wt_ptr + (pair // K) * sw + pair % K, mask=m_ok, other=0.0)\n"
+            "    out = part_ptr + pair.to(tl.int64)[:, None] * N + rn[None, :]\n"
+            "    tl.store(out, (acc * wt[:, None]).to(part_ptr.dtype.element_ty), mask=o_ok)\n")
+
+
+def _combine(name: str, spec: ExpertsSpec) -> str:
+    return f'''
+@triton.jit
+def {name}(part_ptr, ids_ptr, skip_ptr, out_ptr, si, ss, so, BH: tl.constexpr,
+        HAS_SKIP: tl.constexpr, E: tl.constexpr = {spec.experts},
+        H: tl.constexpr = {spec.hidden}, K: tl.constexpr = {spec.top_k}):
+    t = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BH + tl.arange(0, BH)
+    ok = c < H
+    if HAS_SKIP:
+        ok = ok & (tl.load(skip_ptr + t * ss) >= 0)
+    acc = tl.zeros([BH], dtype=tl.float32)
+    for j in tl.static_range(K):
+        e = tl.load(ids_ptr + t * si + j)
+        use = ok & (e >= 0) & (e < E)
+        acc += tl.load(part_ptr + (t * K + j) * H + c, mask=use, other=0.0).to(tl.float32)
+    tl.store(out_ptr + t * so + c, acc.to(out_ptr.dtype.element_ty), mask=c < H)
+'''
+
+
+def source(name: str, spec: ExpertsSpec, header: str = "") -> str:
+    return (f"{comment(header)}import triton\nimport triton.language as tl\n\n{_HELPERS}\n"
+            f"{_route(name, spec)}\n{_grouped(name, spec, 'gate_up')}\n"
+            f"{_grouped(name, spec, 'down')}\n{_combine(name, spec)}")
+
+
+# ---------------------------------------------------------------- launch
+
+
+@dataclass(frozen=True)
+class Tiles:
+    bm: int
+    bn: int  # gate_up's column block (two accumulators); down's is bn_down
+    bn_down: int
+    bk: int
+    group_m: int
+    warps: int
+    stages: int
+
+
+def tiles(spec: ExpertsSpec, rows: int, gemv: bool | None = None, x_bytes: int = 2,
+          w_bytes: int = 2) -> Tiles:
+    """GEMV tiling when experts average at most GEMV_ROWS rows (or `gemv`), else tensor-core
+    tiles (64 rows when experts average at most 64, else 128)."""
+    per_expert = rows * spec.top_k / spec.experts
+    if gemv is None:
+        gemv = rows <= GEMV_ROWS or per_expert <= GEMV_ROWS
+    if gemv:  # one 16-row tile per expert; ~2 programs a multiprocessor at decode
+        t = Tiles(16, 32, 32, 128, 1, 4, 4)
+    elif per_expert <= 64:
+        t = Tiles(64, 64, 128, 64, 8, 4, 3)  # gate_up: two 64 x 64 accumulators, 128 registers
+    else:
+        t = Tiles(128, 128, 256, 64, 8, 8, 3)
+    stages, bk = t.stages, min(t.bk, max(16, triton.next_power_of_2(min(spec.hidden,
+                                                                         spec.inter))))
+    while stages * bk * (t.bm * x_bytes + max(2 * t.bn, t.bn_down) * w_bytes) > SMEM_BYTES:
+        if stages > 2:
+            stages -= 1
+        elif bk > 16:
+            bk //= 2
+        else:
+            break
+    return Tiles(t.bm, t.bn, t.bn_down, bk, t.group_m, t.warps, stages)
+
+
+@dataclass(frozen=True)
+class Work:
+    """Scratch of up to `rows` rows: sorted pair ids; per-chunk histograms [chunks, bins];
+    expert counts, first positions and tile ends, then a staging row per chunk [3 + chunks,
+    bins]; h [pairs, I] and the per-pair outputs [pairs, H], both in x's dtype."""
+    order: torch.Tensor
+    counts: torch.Tensor
+    meta: torch.Tensor
+    h: torch.Tensor
+    part: torch.Tensor
+
+
+def _route_block(pairs: int) -> int:
+    lo, hi = ROUTE_BLOCKS
+    return max(lo, min(hi, triton.next_power_of_2(pairs)))
+
+
+def _chunks(pairs: int) -> int:
+    return triton.cdiv(pairs, _route_block(pairs))
+
+
+def scratch(spec: ExpertsSpec, rows: int, dtype: torch.dtype, device) -> Work:
+    """Allocate once, outside any captured launch; serves every layer of this spec."""
+    pairs, i32 = rows * spec.top_k, dict(dtype=torch.int32, device=device)
+    chunks = _chunks(pairs)  # the most of any step of up to `rows` rows
+    return Work(torch.empty(pairs, **i32), torch.zeros((chunks, spec.bins), **i32),
+                torch.zeros((3 + chunks, spec.bins), **i32),
+                torch.empty((pairs, spec.inter), dtype=dtype, device=device),
+                torch.empty((pairs, spec.hidden), dtype=dtype, device=device))
+
+
+def _check(spec: ExpertsSpec, x, weights, ids, wg, wu, wd, out, rows: int, work: Work) -> None:
+    e, h, i, k = spec.experts, spec.hidden, spec.inter, spec.top_k
+    for name, t in (("x", x), ("out", out)):
+        assert t.dim() == 2 and t.shape[1] == h and t.shape[0] >= rows and t.stride(1) == 1, \
+            f"experts {name}: [>= {rows}, {h}], got {tuple(t.shape)}"
+    for name, t, dt in (("weights", weights, torch.float32), ("ids", ids, torch.int32)):
+        assert t.dim() == 2 and t.shape[1] == k and t.shape[0] >= rows and t.stride(1) == 1 \
+            and t.dtype == dt, f"experts {name}: {dt} [>= {rows}, {k}], got {tuple(t.shape)}"
+    for name, t, shape in (("wg", wg, (e, i, h)), ("wu", wu, (e, i, h)), ("wd", wd, (e, h, i))):
+        assert tuple(t.shape) == shape and t.is_contiguous(), \
+            f"experts {name}: contiguous {list(shape)}, got {tuple(t.shape)}"
+    assert work.order.numel() >= rows * k and work.h.shape[1] == i \
+        and work.counts.shape[0] >= _chunks(rows * k), "experts scratch too small"
+
+
+def launch(kernels, spec: ExpertsSpec, *, x: torch.Tensor, weights: torch.Tensor,
+           ids: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, wd: torch.Tensor,
+           out: torch.Tensor, rows: int, work: Work, skip: torch.Tensor | None = None,
+           gemv: bool | None = None) -> None:
+    """out[:rows] = the routed experts of the first `rows` rows; rows with skip < 0 get zeros.
+    `gemv` forces a tiling (None: by rows per expert)."""
+    _check(spec, x, weights, ids, wg, wu, wd, out, rows, work)
+    if rows <= 0:
+        return
+    count, route, gate_up, down, combine = kernels
+    t = tiles(spec, rows, gemv, x.element_size(), wg.element_size())
+    pairs, has_skip = rows * spec.top_k, skip is not None
+    skip = ids if skip is None else skip
+    block, chunks = _route_block(pairs), _chunks(pairs)
+    rmeta = dict(BLOCK=block, HAS_SKIP=has_skip, num_warps=8 if block > 256 else 4)
+    if chunks > 1:  # a lone chunk's route program counts its own pairs
+        count[(chunks,)](ids, skip, work.counts, pairs, ids.stride(0), skip.stride(0), **rmeta)
+    route[(chunks,)](ids, skip, work.counts, work.order, work.meta, pairs, chunks,
+                     ids.stride(0), skip.stride(0), BM=t.bm, **rmeta)
+    # each expert holds at most `rows` pairs: tiles <= cdiv(pairs, BM) + one partial per expert
+    ub = min(triton.cdiv(pairs, t.bm) + min(spec.experts, pairs),
+             spec.experts * triton.cdiv(rows, t.bm))
+    meta = dict(BM=t.bm, BK=t.bk, GROUP_M=t.group_m, num_warps=t.warps, num_stages=t.stages)
+    gate_up[(ub * triton.cdiv(spec.inter, t.bn),)](
+        x, wg, wu, work.h, work.order, work.meta, ub, x.stride(0), BN=t.bn, **meta)
+    down[(ub * triton.cdiv(spec.hidden, t.bn_down),)](
+        work.h, wd, weights, work.part, work.order, work.meta, ub, weights.stride(0),
+        BN=t.bn_down, **meta)
+    block = COMBINE_BLOCK // 4 if rows <= GEMV_ROWS else COMBINE_BLOCK  # more programs
+    bh = min(block, triton.next_power_of_2(spec.hidden))
+    combine[(rows, triton.cdiv(spec.hidden, bh))](
+        work.part, ids, skip, out, ids.stride(0), skip.stride(0), out.stride(0), BH=bh,
+        HAS_SKIP=has_skip, num_warps=4)

@@ -1,0 +1,205 @@
+"""The MoE router (`hyperloom.ir.semantics.moe.moe_router`, SPEC "MLP") in two kernels:
+
+`{name}_logits`: the router GEMV/GEMM x [rows, H] (any float dtype) @ W^T (W [E, H] fp32) in
+  fp32 (tf32x3 tensor-core dots on the GPU, fp32-accurate), split over H for few rows so a
+  decode step spreads W over ~a hundred programs; partial logits go to a scratch [S, rows, E].
+`{name}`: one program a row: the S partials summed in order, s = sigmoid, c = s + bias; group
+  score = sum of a group's top-2 c; the top `topk_group` groups kept; top-k experts by c within
+  them; weights = their uncorrected s, renormalised (norm_topk_prob, + 1e-20) and scaled.
+  Top-k is k rounds of (max, lowest index holding it): ties go to the lowest index, as in the
+  reference. Output weights [rows, k] fp32, ids [rows, k] int32.
+
+Grids depend only on `rows` (no host sync): capturable into CUDA graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from hyperloom.codegen.emitters.text import comment
+from hyperloom.config import CONFIG
+
+GEMV_ROWS = 16  # up to this many rows: split-K GEMV tiles
+MID_ROWS = 64
+SPLIT_MIN = 256  # the fewest H columns a split-K program reduces
+
+
+@dataclass(frozen=True)
+class RouterSpec:
+    experts: int
+    hidden: int
+    top_k: int
+    n_group: int
+    topk_group: int
+    norm_topk_prob: bool
+    scaling: float
+
+    def __post_init__(self) -> None:
+        if self.experts % self.n_group or not 1 <= self.topk_group <= self.n_group:
+            raise ValueError(f"router: {self.experts} experts in {self.n_group} groups, "
+                             f"keep {self.topk_group}")
+        if not 1 <= self.top_k <= self.experts:
+            raise ValueError(f"router: top_k {self.top_k} of {self.experts} experts")
+
+    @property
+    def group_size(self) -> int:
+        return self.experts // self.n_group
+
+
+def kernel_names(name: str) -> tuple[str, str]:
+    return f"{name}_logits", name
+
+
+def _pow2(n: int) -> int:
+    return triton.next_power_of_2(n)
+
+
+def _logits(name: str, spec: RouterSpec) -> str:
+    prec = "ieee" if CONFIG.interpret else "tf32x3"
+    return f'''@triton.jit(do_not_specialize=["rows"])
+def {name}_logits(x_ptr, w_ptr, part_ptr, rows, sx, sp, SPLIT: tl.constexpr, BM: tl.constexpr,
+        BN: tl.constexpr, BK: tl.constexpr, E: tl.constexpr = {spec.experts},
+        H: tl.constexpr = {spec.hidden}):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    k_lo = tl.program_id(2) * SPLIT
+    rk = tl.arange(0, BK)
+    m_ok, n_ok = rm < rows, rn < E
+    x_rows = x_ptr + rm.to(tl.int64)[:, None] * sx
+    w_cols = w_ptr + rn.to(tl.int64)[None, :] * H
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k0 in range(0, SPLIT, BK):  # SPLIT is a multiple of BK
+        kk = k_lo + k0 + rk
+        k_ok = kk < H
+        a = tl.load(x_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(w_cols + kk[:, None], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        acc = tl.dot(a.to(tl.float32), b, acc, input_precision="{prec}")
+    out = part_ptr + tl.program_id(2) * sp + rm.to(tl.int64)[:, None] * E + rn[None, :]
+    tl.store(out, acc, mask=m_ok[:, None] & n_ok[None, :])
+'''
+
+
+def _groups(spec: RouterSpec) -> str:
+    """Keeps the top `topk_group` groups by their top-2 sum (nothing to do with one group)."""
+    if spec.topk_group == spec.n_group:
+        return ""
+    top2 = "    gscore = m1\n"
+    if spec.group_size > 1:  # the second largest: the max without one instance of the max
+        top2 = ("    first = tl.min(tl.where(c == m1[:, None], j, GSB), 1)\n"
+                "    gscore = m1 + tl.max(tl.where(j == first[:, None], NEG, c), 1)  # [GB]\n")
+    return f'''    m1 = tl.max(c, 1)
+{top2}    gi = tl.arange(0, GB)
+    taken = gi >= G
+    for _ in tl.static_range({spec.topk_group}):
+        best = tl.max(tl.where(taken, NEG, gscore), 0)
+        pick = tl.min(tl.where(~taken & (gscore == best), gi, GB), 0)
+        taken = taken | (gi == pick)
+    c = tl.where((taken & (gi < G))[:, None], c, NEG)
+'''
+
+
+def _select(name: str, spec: RouterSpec) -> str:
+    norm = "    ws = ws / (tl.sum(ws, 0) + 1e-20)\n" if spec.norm_topk_prob else ""
+    return f'''@triton.jit
+def {name}(part_ptr, bias_ptr, wt_ptr, id_ptr, sp, sw, si, SPLITS: tl.constexpr,
+        E: tl.constexpr = {spec.experts}, G: tl.constexpr = {spec.n_group},
+        GS: tl.constexpr = {spec.group_size}, GB: tl.constexpr = {_pow2(spec.n_group)},
+        GSB: tl.constexpr = {_pow2(spec.group_size)}, K: tl.constexpr = {spec.top_k},
+        KB: tl.constexpr = {_pow2(spec.top_k)}):
+    NEG = float("-inf")
+    t = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, GSB)[None, :]
+    ok = (tl.arange(0, GB)[:, None] < G) & (j < GS)
+    e = tl.arange(0, GB)[:, None] * GS + j  # [GB, GSB] expert ids, group-major
+    logit = tl.zeros([GB, GSB], dtype=tl.float32)
+    for s in tl.static_range(SPLITS):
+        logit += tl.load(part_ptr + s * sp + t * E + e, mask=ok, other=0.0)
+    score = tl.sigmoid(logit)
+    c = tl.where(ok, score + tl.load(bias_ptr + e, mask=ok, other=0.0), NEG)
+{_groups(spec)}    kv = tl.arange(0, KB)
+    ids = tl.zeros([KB], dtype=tl.int32)
+    ws = tl.zeros([KB], dtype=tl.float32)
+    free = ok
+    for i in tl.static_range(K):
+        best = tl.max(tl.max(tl.where(free, c, NEG), 1), 0)
+        pick = tl.min(tl.min(tl.where(free & (c == best), e, E), 1), 0)
+        hit = e == pick
+        w = tl.sum(tl.sum(tl.where(hit, score, 0.0), 1), 0)
+        ids = tl.where(kv == i, pick, ids)
+        ws = tl.where(kv == i, w, ws)
+        free = free & ~hit
+{norm}    ws = ws * {float(spec.scaling)!r}
+    tl.store(wt_ptr + t * sw + kv, ws, mask=kv < K)
+    tl.store(id_ptr + t * si + kv, ids, mask=kv < K)
+'''
+
+
+def source(name: str, spec: RouterSpec, header: str = "") -> str:
+    return (f"{comment(header)}import triton\nimport triton.language as tl\n\n\n"
+            f"{_logits(name, spec)}\n\n{_select(name, spec)}")
+
+
+@dataclass(frozen=True)
+class Tiles:
+    bm: int
+    bn: int
+    bk: int
+    splits: int
+    warps: int
+    stages: int
+
+
+def tiles(spec: RouterSpec, rows: int) -> Tiles:
+    """Few rows: narrow E blocks and H split so W (E x H fp32) streams through many programs."""
+    bk = min(128 if rows <= MID_ROWS else 64, max(16, _pow2(spec.hidden)))
+    if rows > MID_ROWS:
+        return Tiles(128, 64, bk, 1, 8, 3)
+    bm = 16 if rows <= GEMV_ROWS else 64
+    splits = max(1, min(16, spec.hidden // SPLIT_MIN))
+    return Tiles(bm, 32, bk, splits, 4, 4)
+
+
+def _split(spec: RouterSpec, t: Tiles) -> tuple[int, int]:
+    """(columns per split, a multiple of BK; the number of splits that covers H)."""
+    split = triton.cdiv(triton.cdiv(spec.hidden, t.splits), t.bk) * t.bk
+    return split, triton.cdiv(spec.hidden, split)
+
+
+def scratch(spec: RouterSpec, rows: int, device) -> torch.Tensor:
+    """The partial logits for launches of up to `rows` rows (allocate once, outside capture)."""
+    need = max(_split(spec, tiles(spec, r))[1] * r
+               for r in {min(rows, GEMV_ROWS), min(rows, MID_ROWS), rows})
+    return torch.empty(need * spec.experts, dtype=torch.float32, device=device)
+
+
+def _check(spec: RouterSpec, x, w, bias, weights, ids, part, rows: int) -> None:
+    e, h, k = spec.experts, spec.hidden, spec.top_k
+    assert x.dim() == 2 and x.shape[1] == h and x.shape[0] >= rows and x.stride(1) == 1, \
+        f"router x: [>= {rows}, {h}], got {tuple(x.shape)}"
+    assert tuple(w.shape) == (e, h) and w.is_contiguous() and w.dtype == torch.float32, \
+        f"router W: contiguous fp32 [{e}, {h}], got {tuple(w.shape)} {w.dtype}"
+    assert tuple(bias.shape) == (e,) and bias.is_contiguous(), f"router bias {bias.shape}"
+    for name, t, dt in (("weights", weights, torch.float32), ("ids", ids, torch.int32)):
+        assert t.dim() == 2 and t.shape[1] == k and t.shape[0] >= rows and t.stride(1) == 1 \
+            and t.dtype == dt, f"router {name}: {dt} [>= {rows}, {k}], got {tuple(t.shape)}"
+    need = _split(spec, tiles(spec, rows))[1] * rows * e
+    assert part.numel() >= need, f"router scratch: {part.numel()} < {need} floats"
+
+
+def launch(kernels, spec: RouterSpec, *, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor,
+           weights: torch.Tensor, ids: torch.Tensor, part: torch.Tensor, rows: int) -> None:
+    """Route the first `rows` rows of x: weights[:rows], ids[:rows]; part from `scratch`."""
+    _check(spec, x, w, bias, weights, ids, part, rows)
+    if rows <= 0:
+        return
+    logits, select = kernels
+    t = tiles(spec, rows)
+    split, splits = _split(spec, t)
+    grid = (triton.cdiv(rows, t.bm), triton.cdiv(spec.experts, t.bn), splits)
+    logits[grid](x, w, part, rows, x.stride(0), rows * spec.experts, SPLIT=split, BM=t.bm,
+                 BN=t.bn, BK=t.bk, num_warps=t.warps, num_stages=t.stages)
+    select[(rows,)](part, bias, weights, ids, rows * spec.experts, weights.stride(0),
+                    ids.stride(0), SPLITS=splits, num_warps=4)

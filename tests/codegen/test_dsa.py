@@ -1,0 +1,397 @@
+"""The DSA indexer (emitters.dsa) and sparse MLA (emitters.mla) kernels against
+semantics.dsa.dsa_index and semantics.attention.mla_attention (fp64): a prompt shorter than
+index_topk (dense), prompts several times longer in chunks that end mid-pool (sparse, pools
+completed across chunks), decode steps across a pool boundary, padding rows, several sequences
+in one step equal to each alone, contiguous and paged (shuffled block tables) caches.
+
+Selections are compared as sets (torch.topk breaks ties arbitrarily; the kernel takes the lowest
+pool index): pools in one set but not the other must score within fp32 noise of the k-th score.
+The attention is checked against the reference run on the kernel's own selection. The radix
+select is checked exactly against a stable sort on crafted scores (ties, -0.0, wide ranges).
+CPU: Triton's interpreter in fp32; GPU (`gpu` mark): bf16 at GLM-5.3 sizes on the H200."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters import dsa as dsa_emitter
+from hyperloom.codegen.emitters import mla as mla_emitter
+from hyperloom.codegen.emitters.dsa import DSASpec
+from hyperloom.codegen.emitters.mla import MLASpec
+from hyperloom.ir import ops
+from hyperloom.ir.semantics import Ctx
+from hyperloom.ir.semantics import attention as attn_sem
+from hyperloom.ir.semantics import dsa as dsa_sem
+from hyperloom.ir.state import StateStore, segments
+from hyperloom.ir.types import StateDecl, StateKind, TensorType
+from tests.tolerances import assert_close, assert_rel
+
+F64 = torch.float64
+SPARE = 3  # pool blocks no slot owns (paged): NaN, never read
+INPUTS = ("qi", "w", "ki", "gate", "q", "c")  # a step's row inputs
+TIE = 1e-5  # |score - k-th score| under which fp32 and fp64 may order two pools differently
+# (bf16: 2% of the row's largest |score|)
+
+
+class Harness:
+    """Compiled caches (contiguous, or block pools behind a shuffled table) beside the fp64
+    reference's, for `slots` sequences of `capacity` tokens. A row's inputs are a function of
+    (slot, pos), so one row gives the same inputs in any step."""
+
+    def __init__(self, dsa: DSASpec, mla: MLASpec, *, slots: int, capacity: int,
+                 device: str = "cpu", act: torch.dtype = torch.float32, seed: int = 0):
+        self.dsa, self.mla, self.device, self.act, self.seed = dsa, mla, device, act, seed
+        gen = torch.Generator().manual_seed(seed)
+        d, r, b = dsa.head_dim, mla.rank, dsa.block_size
+        self.ape = torch.randn(dsa.kpool, d, generator=gen).to(device, act)
+        width = mla.heads * (mla.qk_head_dim + mla.v_head_dim)
+        self.wkvb = (torch.randn(width, r, generator=gen) * r ** -0.5).to(device, act)
+        decls = (StateDecl("ix.keys", StateKind.TOKEN, TensorType.make("f64", "S", 2 * d)),
+                 StateDecl("m.latent", StateKind.TOKEN, TensorType.make("f64", "S", r)))
+        self.ref = StateStore(decls, slots, capacity, device, F64)
+        # every cache starts NaN: a read of anything not yet written shows in the results
+        nan = dict(fill_value=float("nan"), device=device, dtype=act)
+        self.pooled = torch.full((slots, capacity // dsa.kpool, d), **nan)
+        self.table, rows = None, (slots, capacity)
+        if b:
+            blocks = slots * capacity // b
+            perm = torch.randperm(blocks + SPARE, generator=gen)
+            self.table = perm[:blocks].view(slots, -1).int().to(device)
+            rows = (blocks + SPARE, b)
+        self.keys = torch.full((*rows, 2 * d), **nan)
+        self.latent = torch.full((*rows, r), **nan)
+        self.kernels = self._load()
+
+    def _load(self) -> tuple[tuple, tuple]:
+        a = dsa_emitter.source("ix", self.dsa, header="test dsa")
+        b = mla_emitter.source("mla", self.mla, header="test mla")
+        return (tuple(load(a, n, self.device) for n in dsa_emitter.kernel_names("ix")),
+                tuple(load(b, n, self.device) for n in mla_emitter.kernel_names("mla")))
+
+    def inputs(self, slot: list[int], pos: list[int]) -> dict[str, torch.Tensor]:
+        """Row inputs [rows, ...] in the activation dtype; padding rows (slot < 0) random too."""
+        d, h, m = self.dsa.head_dim, self.dsa.heads, self.mla
+        sizes = dict(zip(INPUTS, (h * d, h, d, d, m.heads * m.qk_head_dim, m.rank)))
+        rows = []
+        for s, p in zip(slot, pos):
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + (s + 1) * 10_007 + p)
+            rows.append({k: torch.randn(n, generator=gen) for k, n in sizes.items()})
+        return {k: torch.stack([r[k] for r in rows]).to(self.device, self.act) for k in sizes}
+
+    def logical(self, cache: torch.Tensor, slot: int, n: int) -> torch.Tensor:
+        """Positions 0..n-1 of `slot` in a compiled cache."""
+        if self.table is None:
+            return cache[slot, :n]
+        p = torch.arange(n, device=self.device)
+        return cache[self.table[slot, p // self.dsa.block_size].long(), p % self.dsa.block_size]
+
+    def buffers(self, slot: list[int], pos: list[int],
+                max_splits: int = mla_emitter.MAX_SPLITS) -> dict[str, object]:
+        """A step's operands (inputs, index and out with a slack row) and scratch."""
+        rows = len(slot)
+        bufs: dict[str, object] = dict(self.inputs(slot, pos), rows=rows, max_splits=max_splits)
+        bufs["slot"] = torch.tensor(slot, device=self.device)
+        bufs["pos"] = torch.tensor(pos, device=self.device)
+        bufs["index"] = torch.full((rows + 1, self.dsa.width), 7, dtype=torch.int32,
+                                   device=self.device)
+        bufs["out"] = torch.full((rows + 1, self.mla.heads * self.mla.v_head_dim), float("nan"),
+                                 device=self.device, dtype=self.act)
+        bufs["scores"] = dsa_emitter.scratch(rows, self.pooled)
+        bufs["work"] = mla_emitter.scratch(self.mla, rows, self.latent.dtype, self.device,
+                                           max_splits)
+        return bufs
+
+    def launch(self, b: dict) -> None:
+        """The indexer's and the attention's launches on buffers(); nothing allocated."""
+        (ix, mla), rows = self.kernels, b["rows"]
+        dsa_emitter.launch(ix, self.dsa, qi=b["qi"], w=b["w"], ki=b["ki"], gate=b["gate"],
+                           ape=self.ape, slot=b["slot"], pos=b["pos"], keys=self.keys,
+                           pooled=self.pooled, scores=b["scores"], out=b["index"], rows=rows,
+                           block_table=self.table)
+        mla_emitter.launch(mla, self.mla, q=b["q"], c=b["c"], wkvb=self.wkvb, slot=b["slot"],
+                           pos=b["pos"], index=b["index"], latent=self.latent, out=b["out"],
+                           work=b["work"], rows=rows, block_table=self.table,
+                           max_splits=b["max_splits"])
+
+    def run(self, slot: list[int], pos: list[int], max_splits: int = mla_emitter.MAX_SPLITS):
+        """One step through the kernels; returns (inputs, index, out)."""
+        b, rows = self.buffers(slot, pos, max_splits), len(slot)
+        self.launch(b)
+        index, out = b["index"], b["out"]
+        assert (index[rows] == 7).all() and out[rows].isnan().all(), "slack row written"
+        return {k: b[k] for k in INPUTS}, index[:rows], out[:rows]
+
+    def step(self, slot: list[int], pos: list[int], **kw) -> tuple[torch.Tensor, torch.Tensor]:
+        """run(), then every check against the reference; returns (index, out)."""
+        x, index, out = self.run(slot, pos, **kw)
+        live = torch.tensor(slot) >= 0
+        assert (index[~live] == -1).all() and (out[~live] == 0).all(), "padding rows"
+        lx = {k: v[live.to(v.device)].to(F64) for k, v in x.items()}
+        slot_t, pos_t = torch.tensor(slot)[live], torch.tensor(pos)[live]
+        ctx = Ctx(F64, self.ref, segments(slot_t, pos_t))
+        s = self.dsa
+        at = ops.DSAIndexAttrs(s.heads, s.head_dim, s.topk, s.kpool, s.select_tail, "ix")
+        want = dsa_sem.dsa_index(ctx, at, lx["qi"], lx["w"], lx["ki"], lx["gate"],
+                                 self.ape.to(F64), slot_t, pos_t)
+        got = index[live.to(index.device)].cpu()
+        for r, (q, p) in enumerate(zip(slot_t.tolist(), pos_t.tolist())):
+            self.check_row(got[r], want[r].cpu(), lx, r, q, p)
+        m = self.mla
+        mat = ops.MLAAttrs(m.heads, m.qk_head_dim, m.v_head_dim, m.rank, m.scale, "m")
+        o = attn_sem.mla_attention(ctx, mat, lx["q"], lx["c"], self.wkvb.to(F64), slot_t,
+                                   pos_t, got.to(self.device))  # on the kernel's selection
+        close = assert_close if self.act == torch.float32 else \
+            (lambda a, b, dt, what: assert_rel(a, b, 2e-2, what))
+        close(out[live.to(out.device)].float(), o, self.act, "mla out")
+        self.check_caches(slot_t.tolist(), pos_t.tolist(), close)
+        return index, out
+
+    def scores(self, lx: dict, r: int, slot: int, n: int) -> torch.Tensor:
+        """fp64 scores of row r's n visible pools, from the reference cache."""
+        d, h = self.dsa.head_dim, self.dsa.heads
+        cached = self.ref["ix.keys"][slot, : n * self.dsa.kpool]
+        keys = dsa_sem.pool_keys(cached[:, :d], cached[:, d:], self.ape.to(F64))
+        logits = torch.relu(torch.einsum("hd,pd->hp", lx["qi"][r].view(h, d), keys) * d ** -0.5)
+        return (lx["w"][r][:, None] * h ** -0.5 * logits).sum(0).cpu()
+
+    def check_row(self, got: torch.Tensor, want: torch.Tensor, lx: dict, r: int, slot: int,
+                  pos: int) -> None:
+        s, what = self.dsa, f"slot {slot} pos {pos}"
+        p, topk = s.kpool, s.topk
+        n = (pos + 1) // p
+        k = min(topk // p, n)
+        assert torch.equal(got[topk:], want[topk:]), f"{what}: tail {got[topk:]} vs {want[topk:]}"
+        assert (got[k * p: topk] == -1).all() and (want[k * p: topk] == -1).all(), what
+        pools = got[: k * p].view(k, p)
+        assert torch.equal(pools, pools[:, :1] + torch.arange(p, dtype=torch.int32)), what
+        mine = set((pools[:, 0] // p).tolist())
+        theirs = set((want[: k * p].view(k, p)[:, 0] // p).tolist())
+        assert len(mine) == k, f"{what}: a pool selected twice"
+        if mine != theirs:  # only near-ties may differ
+            sc = self.scores(lx, r, slot, n)
+            kth = sc.sort(descending=True).values[k - 1]
+            tie = TIE if self.act == torch.float32 else 2e-2 * float(sc.abs().max())
+            far = [j for j in mine ^ theirs if abs(sc[j] - kth) > tie]
+            assert not far, f"{what}: pools {sorted(mine)} vs {sorted(theirs)}; {far} not tied"
+
+    def check_caches(self, slot: list[int], pos: list[int], close) -> None:
+        """Written rows equal the reference's; complete pools' keys equal the reference's."""
+        d, p = self.dsa.head_dim, self.dsa.kpool
+        for q in set(slot):
+            n = max(x for s, x in zip(slot, pos) if s == q) + 1
+            close(self.logical(self.keys, q, n).float(), self.ref["ix.keys"][q, :n], self.act,
+                  f"keys of slot {q}")
+            close(self.logical(self.latent, q, n).float(), self.ref["m.latent"][q, :n],
+                  self.act, f"latents of slot {q}")
+            if n >= p:
+                cached = self.ref["ix.keys"][q, :n]
+                want = dsa_sem.pool_keys(cached[:, :d], cached[:, d:], self.ape.to(F64))
+                close(self.pooled[q, : n // p].float(), want, self.act, f"pooled keys, slot {q}")
+        if self.table is not None:  # spare blocks stay poisoned: nothing wrote outside a slot
+            spare = torch.ones(self.keys.shape[0], dtype=torch.bool, device=self.device)
+            spare[self.table.flatten().long()] = False
+            assert self.keys[spare].isnan().all() and self.latent[spare].isnan().all()
+
+
+def specs(topk: int = 8, kpool: int = 4, block_size: int = 0, heads: int = 4,
+          tail: bool = True) -> tuple[DSASpec, MLASpec]:
+    d = DSASpec(heads, 16, topk, kpool, tail, block_size)
+    return d, MLASpec(4, 16, 16, 32, 0.25, d.width, block_size)
+
+
+def chunks(h: Harness, slot: int, start: int, sizes: list[int], **kw) -> None:
+    for n in sizes:
+        h.step([slot] * n, list(range(start, start + n)), **kw)
+        start += n
+
+
+# -- selection ------------------------------------------------------------------------------
+def stable_topk(scores: torch.Tensor, k: int) -> list[int]:
+    """The k largest, ties to the lower index, in pool order."""
+    order = torch.sort(-scores.double(), stable=True).indices
+    return sorted(order[:k].tolist())
+
+
+@pytest.mark.parametrize("n", [0, 3, 16, 17, 300, 2500])
+def test_radix_select_equals_a_stable_topk(n: int) -> None:
+    spec = DSASpec(4, 16, 64, 4, True)
+    kernel = load(dsa_emitter.source("ix", spec), "ix", "cpu")
+    gen = torch.Generator().manual_seed(n)
+    scores = torch.randn(3, max(n, 1), generator=gen)
+    scores[0] = torch.randint(-3, 4, (max(n, 1),), generator=gen).float()  # heavy ties
+    scores[0, ::7] = -0.0  # ties +0.0
+    scores[1] = scores[1] * torch.logspace(-30, 30, max(n, 1))  # wide range
+    pos = torch.tensor([4 * n + 2, 4 * n + 3, 4 * n - 1]).clamp(min=0)  # tails 3, 0 and 0
+    out = torch.zeros(3, spec.width, dtype=torch.int32)
+    dsa_emitter.select(kernel, spec, scores=scores, slot=torch.zeros(3, dtype=torch.long),
+                       pos=pos, out=out, rows=3, pools=n)
+    for r in range(3):
+        k = min(16, n)
+        want = stable_topk(scores[r, :n], k)
+        toks = (torch.tensor(want, dtype=torch.int32)[:, None] * 4 + torch.arange(4)).flatten()
+        assert torch.equal(out[r, : 4 * k], toks.int()), f"row {r}"
+        assert (out[r, 4 * k: 64] == -1).all()
+
+
+# -- indexer + attention --------------------------------------------------------------------
+def test_prompt_shorter_than_topk_is_dense() -> None:
+    h = Harness(*specs(topk=16), slots=2, capacity=32, seed=1)
+    index, _ = h.step([1] * 11, list(range(11)))
+    for p in range(11):
+        assert set(index[p].tolist()) - {-1} == set(range(p + 1)), f"row {p}"
+
+
+@pytest.mark.parametrize("block_size", [0, 16])
+def test_long_prompt_in_chunks_then_decode_across_a_pool_boundary(block_size: int) -> None:
+    """45 tokens in chunks of 13 and 32 (a pool completes across the chunks; the last row has
+    a tail), then 5 decode steps (pool 11 completes at position 47)."""
+    h = Harness(*specs(block_size=block_size), slots=2, capacity=64, seed=2)
+    chunks(h, 1, 0, [13, 32])
+    for p in range(45, 50):
+        h.step([1], [p])
+
+
+def test_prompt_ending_on_a_pool_boundary_without_tail_select() -> None:
+    h = Harness(*specs(topk=12, kpool=4, tail=False), slots=1, capacity=64, seed=3)
+    chunks(h, 0, 0, [40])
+    h.step([0], [40])
+
+
+@pytest.mark.parametrize("topk, kpool, tail", [(9, 3, True), (8, 1, False)])
+def test_other_pool_sizes(topk: int, kpool: int, tail: bool) -> None:
+    h = Harness(*specs(topk=topk, kpool=kpool, tail=tail), slots=2, capacity=64, seed=9)
+    chunks(h, 1, 0, [10, 17])
+    h.step([1, 0], [27, 0])
+
+
+def test_several_sequences_in_one_step_equal_each_alone() -> None:
+    """Decode rows, a prefill chunk and padding rows in one step (4 MLA splits)."""
+    prompts = {0: 21, 1: 14, 2: 9}
+    batched = Harness(*specs(), slots=3, capacity=64, seed=4)
+    for s, n in prompts.items():
+        chunks(batched, s, 0, [n])
+    slot = [0, 1, 1, 1, 1, 1, 1, 2, -1, -1]
+    pos = [21, 14, 15, 16, 17, 18, 19, 9, 0, 0]
+    index, out = batched.step(slot, pos, max_splits=4)
+    for s, n in prompts.items():
+        alone = Harness(*specs(), slots=3, capacity=64, seed=4)
+        chunks(alone, s, 0, [n])
+        rows = [i for i, q in enumerate(slot) if q == s]
+        a_index, a_out = alone.step([s] * len(rows), [pos[i] for i in rows])
+        assert torch.equal(index[rows], a_index), f"sequence {s}"
+        assert_close(out[rows], a_out, torch.float32, f"sequence {s}")
+
+
+def test_pool_keys_are_computed_once() -> None:
+    """A step writes the pooled key of the pool it completes and no other."""
+    h = Harness(*specs(), slots=1, capacity=64, seed=5)
+    chunks(h, 0, 0, [25])
+    before = h.pooled.nan_to_num(7.0)  # pools 6.. not computed yet: NaN
+    h.step([0], [25])
+    h.step([0], [26])
+    assert torch.equal(h.pooled.nan_to_num(7.0), before), "no pool completed, yet keys changed"
+    h.step([0], [27])
+    changed = (h.pooled.nan_to_num(7.0) != before).any(-1)[0].nonzero().flatten().tolist()
+    assert changed == [6], changed
+
+
+def test_mla_rows_without_tokens_and_splits() -> None:
+    """Random selections of a wide index (1 and 3 splits), a row with no token, padding."""
+    spec = MLASpec(5, 24, 16, 48, 24 ** -0.5, 70)
+    gen = torch.Generator().manual_seed(6)
+    slot, pos = torch.tensor([2, 0, 1, -1]), torch.tensor([100, 3, 69, 0])
+    q, c = torch.randn(4, 5 * 24, generator=gen), torch.randn(4, 48, generator=gen)
+    wkvb = torch.randn(5 * 40, 48, generator=gen) * 48 ** -0.5
+    latent0 = torch.randn(3, 128, 48, generator=gen)
+    index = torch.full((4, 70), -1, dtype=torch.int32)
+    for r, p in enumerate([100, 3]):
+        k = min(70, p + 1)
+        index[r, torch.randperm(70, generator=gen)[:k]] = \
+            torch.randperm(p + 1, generator=gen)[:k].int()
+    store = StateStore((StateDecl("m.latent", StateKind.TOKEN, TensorType.make("f64", "S", 48)),),
+                       3, 128, "cpu", F64)
+    store["m.latent"].copy_(latent0)
+    at = ops.MLAAttrs(5, 24, 16, 48, spec.scale, "m")
+    want = attn_sem.mla_attention(Ctx(F64, store, segments(slot[:3], pos[:3])), at,
+                                  q[:3].double(), c[:3].double(), wkvb.double(), slot[:3],
+                                  pos[:3], index[:3])
+    src = mla_emitter.source("mla", spec)
+    kernels = tuple(load(src, n, "cpu") for n in mla_emitter.kernel_names("mla"))
+    for max_splits in (1, 3):
+        latent, out = latent0.clone(), torch.full((4, 80), float("nan"))
+        work = mla_emitter.scratch(spec, 4, torch.float32, "cpu", max_splits)
+        mla_emitter.launch(kernels, spec, q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index,
+                           latent=latent, out=out, work=work, rows=4, max_splits=max_splits)
+        assert_close(out[:3], want, torch.float32, f"{max_splits} splits")
+        assert (out[2:] == 0).all(), "a row with no token or padding attends to nothing"
+        assert_close(latent, store["m.latent"], torch.float32, "latents written")
+
+
+# -- GPU ------------------------------------------------------------------------------------
+def glm_specs(block_size: int = 0) -> tuple[DSASpec, MLASpec]:
+    d = DSASpec(32, 128, 2048, 4, True, block_size)
+    return d, MLASpec(64, 256, 256, 512, 256 ** -0.5, d.width, block_size)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_size", [0, 64])
+def test_gpu_bf16_glm_sizes(block_size: int) -> None:
+    """A 6000-token prompt in chunks of 1024 (sparse: 1500 pools, 512 chosen), then a decode
+    step of 4 sequences; selections as sets up to bf16 near-ties, attention relative error."""
+    h = Harness(*glm_specs(block_size), slots=4, capacity=8192, device="cuda",
+                act=torch.bfloat16, seed=7)
+    sizes = [1024] * 5 + [880]
+    chunks(h, 0, 0, sizes)
+    for s in (1, 2, 3):
+        chunks(h, s, 0, [300 * s])
+    h.step([0, 1, 2, 3], [6000, 300, 600, 900])
+
+
+@pytest.mark.gpu
+def test_gpu_radix_select_32k_pools() -> None:
+    spec = glm_specs()[0]
+    kernel = load(dsa_emitter.source("ix", spec), "ix", "cuda")
+    gen = torch.Generator().manual_seed(0)
+    n = 32768
+    scores = torch.randn(4, n, generator=gen)
+    scores[1] = torch.randint(-5, 6, (n,), generator=gen).float()
+    out = torch.zeros(4, spec.width, dtype=torch.int32, device="cuda")
+    pos = torch.full((4,), 4 * n - 1, device="cuda")
+    dsa_emitter.select(kernel, spec, scores=scores.cuda(), slot=torch.zeros(4, device="cuda",
+                       dtype=torch.long), pos=pos, out=out, rows=4, pools=n)
+    for r in range(4):
+        want = torch.tensor(stable_topk(scores[r], 512))
+        assert torch.equal(out[r, :2048].cpu().view(512, 4)[:, 0] // 4, want.int()), f"row {r}"
+
+
+@pytest.mark.gpu
+def test_gpu_decode_step_replays_from_a_cuda_graph() -> None:
+    """A 4-row decode step (one padding row) captured once; two later steps replayed with new
+    inputs in the captured buffers equal the same steps launched eagerly, bit for bit."""
+    eager, graph = (Harness(*glm_specs(64), slots=3, capacity=4096, device="cuda",
+                            act=torch.bfloat16, seed=8) for _ in range(2))
+    lengths = [3000, 700, 2048]
+    for h in (eager, graph):
+        for s, n in enumerate(lengths):
+            for lo in range(0, n, 1024):
+                hi = min(n, lo + 1024)
+                h.run([s] * (hi - lo), list(range(lo, hi)))
+    slot = [0, 1, 2, -1]
+    bufs = graph.buffers(slot, lengths + [0])
+    graph.launch(bufs)  # step 0, eagerly: compiles every kernel before the capture
+    eager.run(slot, lengths + [0])
+    torch.cuda.synchronize()
+    cuda_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(cuda_graph):
+        graph.launch(bufs)
+    for step in (1, 2):
+        pos = [n + step for n in lengths] + [0]
+        for k, v in graph.inputs(slot, pos).items():
+            bufs[k].copy_(v)
+        bufs["pos"].copy_(torch.tensor(pos))
+        cuda_graph.replay()
+        _, index, out = eager.run(slot, pos)
+        assert torch.equal(bufs["index"][:4], index), f"step {step} selection"
+        assert torch.equal(bufs["out"][:4], out), f"step {step} attention"
