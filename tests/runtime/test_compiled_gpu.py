@@ -54,9 +54,9 @@ def test_bf16_prefill_and_replayed_decode_match_fp32_reference(model, config, la
         assert_rel(got, want, REL[BF16], f"{config} decode {step}")
         agree += int(got[0].argmax()) == int(want[0].argmax())
         tok = int(want[0].argmax())
-    runner = comp.runners["main"]  # host fallbacks (GLM's MoE, DSA) cannot be captured
+    runner = comp.runners["main"]  # a plan with host fallbacks cannot be captured
     capturable = not comp.programs["main"].plan.fallbacks
-    assert runner.use_cuda_graphs == capturable and runner.replays == 16 * capturable
+    assert runner.use_cuda_graphs == capturable and runner.replays == 16
     assert agree >= 14, f"greedy tokens agree on {agree}/16 steps"
 
 
