@@ -6,6 +6,7 @@ from __future__ import annotations
 from hyperloom.codegen.emitters import (
     attention,
     dsa,
+    elementwise,
     embedding,
     hc_post,
     hc_pre,
@@ -21,6 +22,7 @@ from hyperloom.codegen.emitters import (
 from hyperloom.codegen.specs import (
     attention_spec,
     dsa_spec,
+    elementwise_spec,
     embedding_spec,
     hc_post_spec,
     hc_pre_spec,
@@ -45,6 +47,7 @@ EMITTERS = {  # emitter kind -> (spec from the node and operand types, its modul
     "kda_gate": (kda_gate_spec, kda_gate), "norm": (norm_spec, norm),
     "moe_router": (moe_router_spec, moe_router), "moe_experts": (moe_experts_spec, moe_experts),
     "dsa": (dsa_spec, dsa), "mla": (mla_spec, mla),
+    "elementwise": (elementwise_spec, elementwise),
 }
 
 

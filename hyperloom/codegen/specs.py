@@ -7,6 +7,7 @@ from hyperloom.config import CONFIG
 from hyperloom.codegen.emitters import (
     attention,
     dsa,
+    elementwise,
     embedding,
     hc_post,
     hc_pre,
@@ -46,6 +47,19 @@ def hc_pre_spec(node: Node, types: dict) -> hc_pre.HCPreSpec:
 def hc_post_spec(node: Node, types: dict) -> hc_post.HCPostSpec:
     n, d = (int(s) for s in node.types[0].shape[1:])
     return hc_post.HCPostSpec(n, d)
+
+
+def elementwise_spec(node: Node, types: dict) -> elementwise.ElementwiseSpec:
+    out = node.types[0]
+    width = 1
+    for dim in out.shape[1:]:
+        width *= int(dim)
+    if node.op is Op.HC_HEAD_MEAN:
+        return elementwise.ElementwiseSpec("head_mean", width, int(types[node.args[0]].shape[1]))
+    if node.op is Op.CONCAT:
+        return elementwise.ElementwiseSpec("concat", width,
+                                           split=int(types[node.args[0]].shape[-1]))
+    return elementwise.ElementwiseSpec("cast" if node.op is Op.CAST else "add", width)
 
 
 def embedding_spec(node: Node, types: dict) -> embedding.EmbeddingSpec:

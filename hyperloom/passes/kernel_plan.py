@@ -21,6 +21,8 @@ EMITTER_OF: dict[Op, str] = {
     Op.GATED_RMSNORM: "norm", Op.LAYERNORM: "norm",
     Op.MOE_ROUTER: "moe_router", Op.MOE_EXPERTS: "moe_experts",
     Op.DSA_INDEX: "dsa", Op.MLA_ATTENTION: "mla",
+    Op.ADD: "elementwise", Op.RESIDUAL_ADD: "elementwise", Op.CONCAT: "elementwise",
+    Op.CAST: "elementwise", Op.HC_HEAD_MEAN: "elementwise",
 }
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
@@ -42,6 +44,7 @@ GRIDS = {
     "moe_experts": "[count] route (chunks,) ; (tiles, I/BN) ; (tiles, H/BN) ; (R, H/BH)",
     "dsa": "pool (R,) ; score (R, S/P/BP) ; select (R,)",
     "mla": "absorb (R/BM, H, R/BR) ; (R, H/BH, splits) ; (R/BM, H, dv/BV)",
+    "elementwise": "(R, cdiv(W, BW))",
     INTERPRETER: "host",
 }
 

@@ -13,6 +13,7 @@ from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import (
     attention,
     dsa,
+    elementwise,
     embedding,
     hc_post,
     hc_pre,
@@ -29,6 +30,7 @@ from hyperloom.codegen.emitters import (
 from hyperloom.codegen.specs import (
     attention_spec,
     dsa_spec,
+    elementwise_spec,
     embedding_spec,
     hc_post_spec,
     hc_pre_spec,
@@ -264,6 +266,14 @@ def _norm(entry: KernelEntry, o: Operands, device) -> Launch:
     return lambda rows, _: norm.launch(kern, spec, x=x, w=w, out=out, rows=rows, **extra)
 
 
+def _elementwise(entry: KernelEntry, o: Operands, device) -> Launch:
+    node, spec = entry.node, elementwise_spec(entry.node, o.types)
+    kern = load(o.source(entry), entry.name, device)
+    ins = dict(zip(("a", "b") if len(node.args) == 2 else ("x",), (o[a] for a in node.args)))
+    out = o[node.outs[0]]
+    return lambda rows, _: elementwise.launch(kern, spec, out=out, rows=rows, **ins)
+
+
 def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
     """Reference semantics on the arena tensors: fp32 math, results cast into their buffers.
     Padding rows (slot -1, always the tail of a bucket) are left out: they own no state."""
@@ -286,5 +296,5 @@ BUILDERS = {"matmul": _matmul, "hc_pre": _hc_pre, "hc_post": _hc_post, "embeddin
             "attention": _attention, "kda": _kda,
             "kda_conv": _kda_conv, "kda_gate": _kda_gate, "norm": _norm,
             "moe_router": _moe_router, "moe_experts": _moe_experts,
-            "dsa": _dsa, "mla": _mla,
+            "dsa": _dsa, "mla": _mla, "elementwise": _elementwise,
             "interpreter": _interpreter}

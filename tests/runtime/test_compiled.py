@@ -123,6 +123,18 @@ def test_replay_equals_eager_launches():
     assert runner.replays == 1
 
 
+def test_glm_draft_matches_the_reference():
+    """The MTP graph (concat, cast, add and residual_add on elementwise kernels) drafts as the
+    reference does from the main graph's hidden rows."""
+    ref, comp = engines("glm5next", "tiny", prefill_chunk=8, max_sequences=2)
+    a, b = ref.new_sequence(), comp.new_sequence()
+    ids, nxt = prompt(8, seed=5), prompt(8, seed=6)
+    want, got = ref.hidden(a, ids), comp.hidden(b, ids)
+    assert_close(got["logits"], want["logits"], F32, "main logits")
+    assert_close(comp.draft(b, nxt, got["hidden"]), ref.draft(a, nxt, want["hidden"]), F32,
+                 "draft logits")
+
+
 # -- structure ---------------------------------------------------------------------------
 def _plan(model: str, config: str, layers: int | None = None):
     from hyperloom.codegen.compilation import compile_graph
@@ -173,16 +185,22 @@ def test_arena_is_smaller_than_the_naive_sum(model, config):
                 assert a.offset + a.nbytes <= b.offset or b.offset + b.nbytes <= a.offset
 
 
-def test_glm_plan_names_its_interpreter_fallbacks():
+def test_glm_plans_run_no_op_on_the_interpreter():
+    """Every GLM node has a kernel (main graph and MTP head), so decode can be captured."""
     comp = _plan("glm5next", "tiny")
-    ops = {k.node.op for k in comp.plan.fallbacks}
-    assert not {Op.MOE_ROUTER, Op.MOE_EXPERTS} & ops, ops  # add, hc_head_mean remain
+    assert not comp.plan.fallbacks, [k.name for k in comp.plan.fallbacks]
     emitters = {k.emitter for k in comp.plan.kernels}
-    assert {"moe_router", "moe_experts"} <= emitters
-    assert not {Op.KDA, Op.KDA_CONV, Op.KDA_GATE, Op.RMSNORM, Op.GATED_RMSNORM, Op.LAYERNORM,
-                Op.DSA_INDEX, Op.MLA_ATTENTION} & ops
-    assert {"kda", "kda_conv", "kda_gate", "norm", "dsa", "mla"} <= emitters
-    assert "on the interpreter" in comp.plan.text() and "interpreter" in comp.plan.text()
+    assert {"moe_router", "moe_experts", "kda", "kda_conv", "kda_gate", "norm", "dsa", "mla",
+            "elementwise"} <= emitters
+    adds = [k for k in comp.plan.kernels if k.node.op in (Op.ADD, Op.HC_HEAD_MEAN)]
+    assert len(adds) == 3 and {k.emitter for k in adds} == {"elementwise"}
+    assert "0 on the interpreter" in comp.plan.text()
+    from hyperloom.codegen.compilation import compile_graph
+
+    mtp = compile_graph(hyperloom.build("glm5next", "tiny").mtp, 64).plan
+    assert not mtp.fallbacks, [k.name for k in mtp.fallbacks]
+    assert {Op.ADD, Op.RESIDUAL_ADD, Op.CONCAT, Op.CAST} <= {
+        k.node.op for k in mtp.kernels if k.emitter == "elementwise"}
 
 
 def test_highway_values_own_their_bytes_and_a_clash_is_caught():
@@ -205,8 +223,8 @@ def test_highway_values_own_their_bytes_and_a_clash_is_caught():
 
 
 def test_padding_row_leaves_the_last_slot_alone_on_interpreter_ops():
-    """GLM's KDA / DSA / MoE still run on the interpreter inside the compiled engine: a padded
-    decode bucket (slot -1 rows) must not touch any slot's state (-1 would index the last)."""
+    """A padded decode bucket (slot -1 rows) must not touch any slot's state (-1 would index
+    the last) in GLM's stateful kernels (KDA, DSA, MLA) nor in its MoE."""
     ref, comp = engines("glm5next", "tiny", prefill_chunk=8, max_sequences=4)
     prompts = [prompt(5 + i, seed=30 + i) for i in range(4)]
     ours, theirs = [comp.new_sequence() for _ in prompts], [ref.new_sequence() for _ in prompts]
