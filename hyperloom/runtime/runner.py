@@ -54,6 +54,19 @@ class Runner:
         ins["%pos"][rows:bucket] = 0
         ins["%ids"][rows:bucket] = 0
 
+    def warm_up(self, launches: list[Callable[[], None]], bucket: int) -> None:
+        """Compile and run the launches once outside a capture with every row as padding: the
+        step itself runs once, from the replay (recurrent state and conv windows advance on
+        every run, so a warm-up on the live rows would apply the step twice)."""
+        slot = self.program.inputs["%slot"]
+        live = slot[:bucket].clone()
+        slot[:bucket] = -1
+        try:
+            for f in launches:
+                f()
+        finally:
+            slot[:bucket] = live
+
     def _capture(self, bucket: int) -> Callable[[], None]:
         launches = self.program.record(bucket, 1)
         if not self.use_cuda_graphs:
@@ -61,8 +74,7 @@ class Runner:
                 for f in launches:
                     f()
             return replay
-        for f in launches:  # compile and warm up outside the capture
-            f()
+        self.warm_up(launches, bucket)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         if self._pool is None:
