@@ -124,9 +124,17 @@ class Engine:
             raise InputError(f"draft: tensor hidden has shape {list(hidden.shape)}, expected "
                              f"{list(want)} (one row per next id)")
         self._check_step([seq], [len(ids)], "draft_length")
-        out = self._step("mtp", ids, [seq], [seq.draft_length], [len(ids)], hidden=hidden)
-        seq.draft_length += len(ids)
-        return out["logits"].float()
+        chunk, outs, snap = self.prefill_chunk or len(ids), [], self.snapshot(seq)
+        try:  # in steps of at most prefill_chunk rows, as a prompt
+            for lo in range(0, len(ids), chunk):
+                part = ids[lo: lo + chunk]
+                outs.append(self._step("mtp", part, [seq], [seq.draft_length], [len(part)],
+                                       guard=False, hidden=hidden[lo: lo + chunk])["logits"])
+                seq.draft_length += len(part)
+        except Exception:
+            self.rollback(seq, snap)  # a failed chunk undoes the whole draft
+            raise
+        return torch.cat(outs).float()
 
     def step(self, batch: Seq[tuple[Sequence, Seq[int]]]) -> list[torch.Tensor]:
         """One step over rows of several sequences at once (decode rows and prefill chunks

@@ -149,10 +149,10 @@ def test_capture_warm_up_writes_no_state():
 
 def test_glm_draft_matches_the_reference():
     """The MTP graph (concat, cast, add and residual_add on elementwise kernels) drafts as the
-    reference does from the main graph's hidden rows."""
+    reference does from the main graph's hidden rows; 20 draft rows run in steps of 8."""
     ref, comp = engines("glm5next", "tiny", prefill_chunk=8, max_sequences=2)
     a, b = ref.new_sequence(), comp.new_sequence()
-    ids, nxt = prompt(8, seed=5), prompt(8, seed=6)
+    ids, nxt = prompt(20, seed=5), prompt(20, seed=6)
     want, got = ref.hidden(a, ids), comp.hidden(b, ids)
     assert_close(got["logits"], want["logits"], F32, "main logits")
     assert_close(comp.draft(b, nxt, got["hidden"]), ref.draft(a, nxt, want["hidden"]), F32,
