@@ -1,7 +1,7 @@
 """The mHC pre-site emitter against semantics.hc.hc_pre (fp64): n = 4 and n = 2, 20 Sinkhorn
-iterations, widths that are not powers of two (one and several K blocks per stream), 1 to 33 rows
-(the one-launch kernel and the projection + finish pair; one and three row blocks), with and
-without the folded site norm, rows in one or several chunks, row-strided X and y, rows past `rows`
+iterations, widths that are not powers of two (one and several K blocks per stream), 1 to 70 rows
+(the one launch; projection + finish at 5 rows; projection + gates + apply, WIDE_ROWS lowered to
+32, at 33 and 70 rows: one and two projection row blocks), with and without the folded site norm, rows in one or several chunks, row-strided X and y, rows past `rows`
 untouched. CPU: Triton's interpreter in fp32; GPU (`gpu` mark): bf16 fn at D = 4096 and 6144 on
 the H200, relative error."""
 
@@ -19,6 +19,7 @@ from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, hc
 from tests.tolerances import assert_close, assert_rel
 
+WIDE = 32  # the CPU tests' WIDE_ROWS: more rows take projection + gates + apply
 SLACK = 3  # rows allocated past `rows`: the kernel must leave them untouched
 PAD = 12  # extra columns of the wider buffers that strided views are cut from
 FUSED = (1, 3)  # row counts run through the one-launch kernel; the others take two launches
@@ -75,11 +76,12 @@ class Case:
 
 
 @pytest.mark.parametrize("n,d", [(4, 300), (2, 200)])
-@pytest.mark.parametrize("rows", [1, 3, 5, 33])
+@pytest.mark.parametrize("rows", [1, 3, 5, 33, 70])
 @pytest.mark.parametrize("sms", [132, 1])  # 1: fewer splits than K blocks, several per split
 @pytest.mark.parametrize("out_eps", [None, 1e-5])  # the site norm folded in
 def test_hc_pre(n: int, d: int, rows: int, sms: int, out_eps, monkeypatch) -> None:
     monkeypatch.setattr(hc_pre_emitter, "SMS", sms)
+    monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", WIDE)
     spec = HCPreSpec(n=n, d=d, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
     case = Case(spec, rows, "cpu", torch.float32, strided=rows != 5, seed=100 * n + rows)
     case.run()
@@ -93,20 +95,22 @@ def test_hc_pre(n: int, d: int, rows: int, sms: int, out_eps, monkeypatch) -> No
 
 
 @pytest.mark.parametrize("out_eps", [None, 1e-5])
-def test_hc_pre_row_in_chunks(out_eps, monkeypatch) -> None:
-    """Rows of several finish chunks (the bench widths are one or two)."""
+@pytest.mark.parametrize("rows", [5, 40])  # the finish, the apply
+def test_hc_pre_row_in_chunks(out_eps, rows: int, monkeypatch) -> None:
+    """Rows of several finish or apply chunks (the bench widths are one or two)."""
     monkeypatch.setattr(hc_pre_emitter, "ROW_TILE", 256)
+    monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", WIDE)
     spec = HCPreSpec(n=4, d=300, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
-    case = Case(spec, 5, "cpu", torch.float32, strided=True, seed=7)
+    case = Case(spec, rows, "cpu", torch.float32, strided=True, seed=7)
     case.run()
     y, post, comb = case.reference(torch.float64)
-    assert_close(case.y[:5], y, torch.float32, "y")
-    assert_close(case.comb[:5], comb, torch.float32, "comb")
+    assert_close(case.y[:rows], y, torch.float32, "y")
+    assert_close(case.comb[:rows], comb, torch.float32, "comb")
     case.untouched()
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 7, 300, 2048])
+@pytest.mark.parametrize("rows", [1, 7, 300, 2048])  # 2048: projection + gates + apply
 @pytest.mark.parametrize("out_eps", [None, 1e-5])
 @pytest.mark.parametrize("d", [4096, 6144])  # 6144: the finish walks the row in two chunks
 def test_hc_pre_gpu(rows: int, out_eps, d: int) -> None:

@@ -1,5 +1,6 @@
-"""mHC pre-site kernels: exactly `hyperloom.ir.semantics.hc.hc_pre`; one module, three kernels
-(`kernel_names`): one launch (`fused`, for a decode step) or two (a wider step).
+"""mHC pre-site kernels: exactly `hyperloom.ir.semantics.hc.hc_pre`; one module, five kernels
+(`kernel_names`) run as one launch (`fused`: a decode step), two (up to WIDE_ROWS rows) or three
+(a prefill chunk).
 
 Inputs X fp32 [rows, n, D], fn [(2+n)*n, n*D] (bf16 or fp32), base fp32 [(2+n)*n], scale fp32 [3];
 outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), post fp32
@@ -7,15 +8,21 @@ outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), 
 
 _partials (grid (cdiv(rows, BLOCK_T), splits)): split-K over the flat n*D axis, so a few rows
 still spread over every multiprocessor (decode: up to 128 splits) and many rows sweep X once; each
-program writes its partial projections m = X_flat @ fn^T to a scratch row [split, row, JP].
+program writes its partial projections m = X_flat @ fn^T, and sum(x^2) in column J, to a scratch
+row [split, row, JP].
 _finish_row: one row's partials summed in wide tiles; its X row (in registers when it fits)
 gives sum(x^2), so the stream norm costs the projection nothing; the gates; every Sinkhorn
 iteration in registers; post, comb and y = sum_i pre[i] * X[i] (rms(y) with out_eps).
 
 {name}: _partials, then a ticket from the row block's counter; the last program resets it (for
 the next launch and CUDA-graph replays) and finishes the live rows in turn. Decode's one launch.
-{name}_proj + {name}_finish (grid (rows,)): the same work for wider steps, every row finished
-by its own program in parallel.
+{name}_proj + {name}_finish (grid (rows,)): the same work for a few rows, every row finished by
+its own program in parallel.
+{name}_proj + {name}_gates + {name}_apply: many rows. The gates take RB rows a program, the n x n
+Sinkhorn of every row in one [RB, n, n] tile (its reductions stay inside warps), and park pre in
+the scratch after the partials; the apply streams one X row a program into y, a pure
+read-reduce-write with no serial gate math between its loads (on the H200 at 2048 rows x 4 x
+4096: 46 + 7 + 38 us, against 130 us for projection + finish).
 """
 
 from __future__ import annotations
@@ -29,12 +36,16 @@ from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, wrap
 from hyperloom.config import CONFIG
 
-BLOCK_T = 16  # rows per projection program; tl.dot needs M >= 16
+BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >= 16
+WIDE_ROWS = 512  # above this many rows: gates + apply (at 16 to 256 rows the finish is faster)
+PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of gates + apply steps
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = 64  # splits whose partials a finish sums per load
 ROW_TILE = 16384  # X elements of one row a finish loads at once
-PROJ_WARPS, FINISH_WARPS = 4, 16  # FINISH_WARPS: ROW_TILE / 512 threads = 32 registers each
+FINISH_WARPS = 16  # FINISH_WARPS: ROW_TILE / 512 threads = 32 registers each
+GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
+APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
 FUSED_WARPS = 8  # decode's one launch: 9.5 us a site on the H200, 11.3 at 16 warps (Sinkhorn's
 # reductions cross fewer warps)
 
@@ -62,9 +73,9 @@ class HCPreSpec:
     out_eps: float | None = None  # the site's RMSNorm folded in: y = rms(y)
 
 
-def kernel_names(name: str) -> tuple[str, str, str]:
-    """(one-launch kernel, projection kernel, finish kernel) defined by source(name, ...)."""
-    return name, f"{name}_proj", f"{name}_finish"
+def kernel_names(name: str) -> tuple[str, ...]:
+    """(one-launch, projection, finish, gates, apply kernels) defined by source(name, ...)."""
+    return name, f"{name}_proj", f"{name}_finish", f"{name}_gates", f"{name}_apply"
 
 
 def _indent(text: str, by: int) -> str:
@@ -79,14 +90,14 @@ def _blocks(spec: HCPreSpec) -> dict[str, int]:
     return {
         "J": j,
         "NP": np2,
-        "JP": max(16, triton.next_power_of_2(j)),  # tl.dot N >= 16
+        "JP": max(16, triton.next_power_of_2(j + 1)),  # column J: sum(x^2); tl.dot N >= 16
         "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_Y": max(16, min(ROW_TILE // np2, d2)),  # X columns a finish loads at once
     }
 
 
-_CONSTS = ("N", "D", "J", "NP", "JP", "BLOCK_T", "BLOCK_K", "BLOCK_Y", "SB", "NORM_EPS", "HC_EPS",
-           "ITERS")
+_CONSTS = ("N", "D", "J", "NP", "JP", "BLOCK_T", "BLOCK_P", "BLOCK_K", "BLOCK_Y", "SB", "RB", "SG",
+           "NORM_EPS", "HC_EPS", "ITERS")
 _SIG = ["x_ptr", "fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "post_ptr", "comb_ptr", "part_ptr",
         "rows", "rows_pad", "splits", "kb_split", "sx_row", "sx_stream", "s_fn", "sy_row",
         "spost_row", "scomb_row", "scomb_i"]
@@ -95,9 +106,9 @@ _SIG = ["x_ptr", "fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "post_ptr", "comb_p
 def _constexprs(spec: HCPreSpec) -> list[str]:
     b = _blocks(spec)
     vals = {"N": spec.n, "D": spec.d, "J": b["J"], "NP": b["NP"], "JP": b["JP"],
-            "BLOCK_T": BLOCK_T, "BLOCK_K": b["BLOCK_K"], "BLOCK_Y": b["BLOCK_Y"],
-            "SB": SPLIT_BLOCK, "NORM_EPS": spec.norm_eps, "HC_EPS": spec.hc_eps,
-            "ITERS": spec.iters}
+            "BLOCK_T": BLOCK_T, "BLOCK_P": PROJ_ROWS, "BLOCK_K": b["BLOCK_K"],
+            "BLOCK_Y": b["BLOCK_Y"], "SB": SPLIT_BLOCK, "RB": GATE_ROWS, "SG": GATE_SPLITS,
+            "NORM_EPS": spec.norm_eps, "HC_EPS": spec.hc_eps, "ITERS": spec.iters}
     return [f"{k}: tl.constexpr = {vals[k]!r}" for k in _CONSTS]
 
 
@@ -119,7 +130,8 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
     KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
-    acc = tl.zeros((BLOCK_T, JP), tl.float32)
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # column J: sum(x^2) (fn rows >= J are 0)
+    sq = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # reduced once, after the loop
 {head}        i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
         cmask = c < D
@@ -127,7 +139,9 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-{_indent(dot, 8)}{tail}    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
+        sq += x * x
+{_indent(dot, 8)}{tail}    acc += tl.where(j == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
+    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 '''
 
@@ -135,12 +149,28 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
 _LOAD_X = "x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)\n"
 
 
-def _row_pass(body: str, whole: bool) -> str:
+def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
     """`body` over the row's X: `x` loaded once already (`whole`), else BLOCK_Y columns at a
-    time (the row is in L2 after a first pass)."""
+    time, each after `load` (the row is in L2 after a first pass)."""
     if whole:
         return body
-    return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{_indent(_LOAD_X + body, 4)}"
+    return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{_indent(load + body, 4)}"
+
+
+def _sinkhorn(lead: int) -> str:
+    """Sinkhorn on `logits` [..., NP, NP] (`lead` leading row axes) into `c`; `valid` masks
+    the live n x n cells."""
+    pad = ":, " * lead
+    rows, cols = f"axis={lead + 1})[{pad}:, None]", f"axis={lead})[{pad}None, :]"
+    return f"""# Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
+logits = tl.where(valid, logits, -1e30)
+e = tl.exp(logits - tl.max(logits, {rows})
+c = tl.where(valid, e / tl.sum(e, {rows} + HC_EPS, 0.0)
+c = c / (tl.sum(c, {cols} + HC_EPS)
+for _ in range(ITERS - 1):
+    c = c / (tl.sum(c, {rows} + HC_EPS)
+    c = c / (tl.sum(c, {cols} + HC_EPS)
+"""
 
 
 def _finish_row_source(spec: HCPreSpec) -> str:
@@ -188,15 +218,8 @@ valid = (ii[:, None] < N) & (ii[None, :] < N)
 hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
 logits = tl.sum(tl.where(hit, z[None, None, :], 0.0), axis=2)
 
-# Sinkhorn; a finite fill keeps padded rows NaN-free, they are zeroed after the softmax
-logits = tl.where(valid, logits, -1e30)
-e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
-c = tl.where(valid, e / tl.sum(e, axis=1)[:, None] + HC_EPS, 0.0)
-c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
-for _ in range(ITERS - 1):
-    c = c / (tl.sum(c, axis=1)[:, None] + HC_EPS)
-    c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
-tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c, mask=valid)
+{_sinkhorn(0)}tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c,
+         mask=valid)
 '''
     return f'''
 @triton.jit
@@ -209,8 +232,74 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
 {_indent(body, 4)}'''
 
 
+def _gates_body() -> str:
+    """A wide step's gates for RB rows: their partials summed over the splits SG at a time as
+    one flat tile (a block's rows are contiguous in a split) into scratch split `splits`, then
+    gathered by kind; gates, Sinkhorn over [RB, NP, NP]; pre parked at split `splits + 1`."""
+    head, tail = runtime_loop("s0", "0", "splits", "SG", "")
+    return f'''t0 = tl.program_id(0) * RB
+flat = tl.arange(0, RB * JP)
+fmask = flat < (rows - t0) * JP
+sg = tl.arange(0, SG)
+acc = tl.zeros((SG, RB * JP), tl.float32)
+{head}    s = s0 + sg
+    acc += tl.load(part_ptr + (s[:, None] * rows_pad + t0) * JP + flat[None, :],
+                   mask=(s < splits)[:, None] & fmask[None, :], other=0.0, cache_modifier=".cg")
+{tail}tl.store(part_ptr + (splits * rows_pad + t0) * JP + flat, tl.sum(acc, axis=0), mask=fmask)
+tl.debug_barrier()  # the sums are read back by other threads of this program
+t = t0 + tl.arange(0, RB)
+tmask = t < rows
+t64 = t.to(tl.int64)
+ii = tl.arange(0, NP)
+live = tmask[:, None] & (ii < N)[None, :]
+valid = (ii[:, None] < N) & (ii[None, :] < N)
+cell = ii[:, None] * N + ii[None, :]
+at = part_ptr + (splits * rows_pad + t64) * JP
+m_pre = tl.load(at[:, None] + ii[None, :], mask=live, other=0.0)
+m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
+m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
+                 mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
+ss = tl.load(at + J, mask=tmask, other=0.0)
+# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+r = tl.rsqrt(ss / (N * D) + NORM_EPS)
+bias = tl.load(base_ptr + ii, mask=ii < N, other=0.0)
+pre = tl.sigmoid(m_pre * r[:, None] * tl.load(scale_ptr) + bias[None, :]) + HC_EPS
+bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
+post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
+tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
+pre_at = part_ptr + ((splits + 1) * rows_pad + t64) * JP
+tl.store(pre_at[:, None] + ii[None, :], pre, mask=live)
+bias = tl.load(base_ptr + 2 * N + cell, mask=valid, other=0.0)
+logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
+{_sinkhorn(1)}tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
+         + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None, :, :])
+'''
+
+
+def _apply_body(spec: HCPreSpec) -> str:
+    """A wide step's finish for one row: y = sum_i pre[i] * X[i] (its rms with out_eps), the
+    streams loaded one vector each, so y needs no reduction across streams."""
+    whole = _blocks(spec)["BLOCK_Y"] >= spec.d
+    y = "y = (" + "\n     + ".join(f"p{i} * tl.load(x_row + {i} * sx_stream + d, mask=d < D, "
+                                    f"other=0.0)" for i in range(spec.n)) + ")\n"
+    norm, scale = "", ""
+    if spec.out_eps is not None:
+        norm = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
+                + _row_pass(y + "sq += y * y\n", whole, "")
+                + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
+        scale = "y = y * inv\n"
+    again = "" if whole and spec.out_eps is not None else y
+    store = _row_pass(again + scale + "tl.store(y_ptr + row * sy_row + d, "
+                      "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, "")
+    loads = "".join(f"p{i} = tl.load(pre + {i})\n" for i in range(spec.n))
+    return (f"row = tl.program_id(0).to(tl.int64)\ndd = tl.arange(0, BLOCK_Y)\n"
+            f"x_row = x_ptr + row * sx_row\npre = part_ptr + ((splits + 1) * rows_pad + row) * JP\n"
+            f"{loads}{'d = dd' + chr(10) if whole else ''}{norm}{store}")
+
+
+
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
-    fused, proj, finish = kernel_names(name)
+    fused, proj, finish, gates, apply = kernel_names(name)
     consts = _constexprs(spec)
     out_eps = [] if spec.out_eps is None else [f"OUT_EPS: tl.constexpr = {spec.out_eps!r}"]
     params = _SIG + consts + out_eps
@@ -220,6 +309,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
                 "sx_row sx_stream sy_row spost_row scomb_row scomb_i N D J NP JP SB BLOCK_Y "
                 "NORM_EPS HC_EPS ITERS").split() + (["OUT_EPS"] if out_eps else [])
     partials = wrap("    _partials(", part_args, ")", 14)
+    wide = wrap("    _partials(", [a if a != "BLOCK_T" else "BLOCK_P" for a in part_args], ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
     return f'''
@@ -238,13 +328,21 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {proj}(", params, "):", 8)}
-{partials}
+{wide}
 
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {finish}(", params, "):", 8)}
 {wrap("    _finish_row(", ["tl.program_id(0)"] + row_args, ")", 16)}
-'''
+
+
+@triton.jit(do_not_specialize={dns})
+{wrap(f"def {gates}(", params, "):", 8)}
+{_indent(_gates_body(), 4)}
+
+@triton.jit(do_not_specialize={dns})
+{wrap(f"def {apply}(", params, "):", 8)}
+{_indent(_apply_body(spec), 4)}'''
 
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
@@ -252,18 +350,23 @@ def source(name: str, spec: HCPreSpec, header: str = "") -> str:
             f"{_partials_source()}\n{_finish_row_source(spec)}\n{_kernels_source(name, spec)}")
 
 
-def splits(spec: HCPreSpec, rows: int) -> int:
-    """K splits of the projection: enough programs for ~4 per multiprocessor."""
+def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]:
+    """(rows a projection program, row blocks, rows_pad, K splits) of a launch: enough programs
+    for ~4 per multiprocessor."""
+    block = PROJ_ROWS if rows > WIDE_ROWS and not fused else BLOCK_T
+    blocks = triton.cdiv(rows, block)
     k_blocks = spec.n * triton.cdiv(spec.d, _blocks(spec)["BLOCK_K"])
-    return max(1, min(k_blocks, MAX_SPLITS, triton.cdiv(4 * SMS, triton.cdiv(rows, BLOCK_T))))
+    return (block, blocks, blocks * block,
+            max(1, min(k_blocks, MAX_SPLITS, triton.cdiv(4 * SMS, blocks))))
 
 
 def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp32 partials, int32 zeroed ticket counters) for any launch of up to max_rows rows; the
     kernels leave the counters zeroed, so one pair serves every site in turn."""
     jp = _blocks(spec)["JP"]
-    part = max(splits(spec, r) * triton.cdiv(r, BLOCK_T) * BLOCK_T
-               for r in range(1, max_rows + 1, BLOCK_T)) * jp
+    part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, pre
+               for r in range(1, max_rows + 1) for fused in (True, False)
+               for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
     return (torch.empty(part, dtype=torch.float32, device=device),
             torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
@@ -271,19 +374,19 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
            part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool) -> None:
-    """kernels: the three of kernel_names(name), loaded; part, count: from scratch(spec, >=
+    """kernels: the five of kernel_names(name), loaded; part, count: from scratch(spec, >=
     rows). fused: one launch whose last program per row block finishes its rows in turn (the
-    faster form for one row), else the projection and a finish kernel with a program per row."""
+    faster form for one row), else the projection and a finish program per row, or above
+    WIDE_ROWS rows the projection, gates over row blocks and an apply program per row."""
     if rows == 0:
         return
     for t in (x, fn, y, post, comb):
         assert t.stride(-1) == 1, "last dims must be contiguous"
     assert base.is_contiguous() and scale.is_contiguous()
-    one, proj, finish = kernels
-    b, nsplit = _blocks(spec), splits(spec, rows)
-    row_blocks = triton.cdiv(rows, BLOCK_T)
-    rows_pad = row_blocks * BLOCK_T
-    assert part.numel() >= nsplit * rows_pad * b["JP"] and count.numel() >= row_blocks, \
+    one, proj, finish, gates, apply = kernels
+    b = _blocks(spec)
+    block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
+    assert part.numel() >= (nsplit + 2) * rows_pad * b["JP"] and count.numel() >= row_blocks, \
         "hc_pre scratch too small"
     kb_split = triton.cdiv(spec.n * triton.cdiv(spec.d, b["BLOCK_K"]), nsplit)
     args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
@@ -292,5 +395,10 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
         return
-    proj[(row_blocks, nsplit)](*args, num_warps=PROJ_WARPS)
-    finish[(rows,)](*args, num_warps=FINISH_WARPS)
+    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, num_warps=PROJ_WARPS,
+                               num_stages=PROJ_STAGES)
+    if block == BLOCK_T:
+        finish[(rows,)](*args, num_warps=FINISH_WARPS)
+        return
+    gates[(triton.cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)
+    apply[(rows,)](*args, num_warps=APPLY_WARPS)

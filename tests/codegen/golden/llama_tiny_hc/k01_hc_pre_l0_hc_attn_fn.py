@@ -26,7 +26,8 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
     KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
-    acc = tl.zeros((BLOCK_T, JP), tl.float32)
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # column J: sum(x^2) (fn rows >= J are 0)
+    sq = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # reduced once, after the loop
     for b in range(b_lo, b_hi, 1):
         i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
@@ -35,6 +36,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
+        sq += x * x
         wt = tl.trans(w)
         if fn_ptr.dtype.element_ty == tl.bfloat16:
             x_hi = x.to(tl.bfloat16)
@@ -42,6 +44,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
             acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
         else:
             acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
+    acc += tl.where(j == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
     part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 
@@ -93,7 +96,7 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
     hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
     logits = tl.sum(tl.where(hit, z[None, None, :], 0.0), axis=2)
 
-    # Sinkhorn; a finite fill keeps padded rows NaN-free, they are zeroed after the softmax
+    # Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
     logits = tl.where(valid, logits, -1e30)
     e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
     c = tl.where(valid, e / tl.sum(e, axis=1)[:, None] + HC_EPS, 0.0)
@@ -101,7 +104,8 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
     for _ in range(ITERS - 1):
         c = c / (tl.sum(c, axis=1)[:, None] + HC_EPS)
         c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
-    tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c, mask=valid)
+    tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c,
+             mask=valid)
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
@@ -109,8 +113,9 @@ def k01_hc_pre_l0_hc_attn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64,
         J: tl.constexpr = 24, NP: tl.constexpr = 4, JP: tl.constexpr = 32,
-        BLOCK_T: tl.constexpr = 16, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 64, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
+        BLOCK_T: tl.constexpr = 16, BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64,
+        BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64, RB: tl.constexpr = 16,
+        SG: tl.constexpr = 16, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
         ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
               JP, BLOCK_T, BLOCK_K)
@@ -133,11 +138,12 @@ def k01_hc_pre_l0_hc_attn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
-              JP, BLOCK_T, BLOCK_K)
+              JP, BLOCK_P, BLOCK_K)
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
@@ -145,9 +151,95 @@ def k01_hc_pre_l0_hc_attn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, p
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     _finish_row(tl.program_id(0), x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
                 rows_pad, splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i, N, D, J,
                 NP, JP, SB, BLOCK_Y, NORM_EPS, HC_EPS, ITERS, OUT_EPS)
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k01_hc_pre_l0_hc_attn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    t0 = tl.program_id(0) * RB
+    flat = tl.arange(0, RB * JP)
+    fmask = flat < (rows - t0) * JP
+    sg = tl.arange(0, SG)
+    acc = tl.zeros((SG, RB * JP), tl.float32)
+    for s0 in range(0, splits, SG):
+        s = s0 + sg
+        acc += tl.load(part_ptr + (s[:, None] * rows_pad + t0) * JP + flat[None, :],
+                       mask=(s < splits)[:, None] & fmask[None, :], other=0.0, cache_modifier=".cg")
+    tl.store(part_ptr + (splits * rows_pad + t0) * JP + flat, tl.sum(acc, axis=0), mask=fmask)
+    tl.debug_barrier()  # the sums are read back by other threads of this program
+    t = t0 + tl.arange(0, RB)
+    tmask = t < rows
+    t64 = t.to(tl.int64)
+    ii = tl.arange(0, NP)
+    live = tmask[:, None] & (ii < N)[None, :]
+    valid = (ii[:, None] < N) & (ii[None, :] < N)
+    cell = ii[:, None] * N + ii[None, :]
+    at = part_ptr + (splits * rows_pad + t64) * JP
+    m_pre = tl.load(at[:, None] + ii[None, :], mask=live, other=0.0)
+    m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
+    m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
+                     mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
+    ss = tl.load(at + J, mask=tmask, other=0.0)
+    # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+    r = tl.rsqrt(ss / (N * D) + NORM_EPS)
+    bias = tl.load(base_ptr + ii, mask=ii < N, other=0.0)
+    pre = tl.sigmoid(m_pre * r[:, None] * tl.load(scale_ptr) + bias[None, :]) + HC_EPS
+    bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
+    post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
+    tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
+    pre_at = part_ptr + ((splits + 1) * rows_pad + t64) * JP
+    tl.store(pre_at[:, None] + ii[None, :], pre, mask=live)
+    bias = tl.load(base_ptr + 2 * N + cell, mask=valid, other=0.0)
+    logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
+    # Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
+    logits = tl.where(valid, logits, -1e30)
+    e = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
+    c = tl.where(valid, e / tl.sum(e, axis=2)[:, :, None] + HC_EPS, 0.0)
+    c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
+    for _ in range(ITERS - 1):
+        c = c / (tl.sum(c, axis=2)[:, :, None] + HC_EPS)
+        c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
+    tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
+             + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None, :, :])
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k01_hc_pre_l0_hc_attn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    row = tl.program_id(0).to(tl.int64)
+    dd = tl.arange(0, BLOCK_Y)
+    x_row = x_ptr + row * sx_row
+    pre = part_ptr + ((splits + 1) * rows_pad + row) * JP
+    p0 = tl.load(pre + 0)
+    p1 = tl.load(pre + 1)
+    p2 = tl.load(pre + 2)
+    p3 = tl.load(pre + 3)
+    d = dd
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    y = (p0 * tl.load(x_row + 0 * sx_stream + d, mask=d < D, other=0.0)
+         + p1 * tl.load(x_row + 1 * sx_stream + d, mask=d < D, other=0.0)
+         + p2 * tl.load(x_row + 2 * sx_stream + d, mask=d < D, other=0.0)
+         + p3 * tl.load(x_row + 3 * sx_stream + d, mask=d < D, other=0.0))
+    sq += y * y
+    inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
+    y = y * inv
+    tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
