@@ -46,8 +46,8 @@ ROW_TILE = 16384  # X elements of one row a finish loads at once
 FINISH_WARPS = 16  # FINISH_WARPS: ROW_TILE / 512 threads = 32 registers each
 GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
 APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
-FUSED_WARPS = 8  # decode's one launch: 9.5 us a site on the H200, 11.3 at 16 warps (Sinkhorn's
-# reductions cross fewer warps)
+FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
+# at 16 (Sinkhorn's reductions cross fewer warps; it is 2.2 us of the 9.25)
 
 _INTERPRET_DOT = "acc = tl.dot(x, tl.trans(w.to(tl.float32)), acc)\n"
 # The projections feed sigmoids and 20 Sinkhorn rounds, and plain tf32 would cost ~1e-3 relative.

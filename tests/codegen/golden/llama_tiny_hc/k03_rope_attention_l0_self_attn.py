@@ -97,7 +97,22 @@ def k03_rope_attention_l0_self_attn(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_
         hi = tl.max(tl.where(sel, pos, -1), axis=0) + 1
         k_base = kc_ptr + cur * kc_s0 + kvh * kc_s2
         v_base = vc_ptr + cur * vc_s0 + kvh * vc_s2
-        for start in range(0, hi, BLOCK_N):
+        # keys below `full` are visible to every selected row: no causal mask there
+        full = (tl.min(tl.where(sel, pos, 2147483647), axis=0) + 1) // BLOCK_N * BLOCK_N
+        for start in range(0, full, BLOCK_N):
+            kp = start + n
+            kmask = (kp < hi)[:, None] & dmask[None, :]
+            k = tl.load(k_base + kp[:, None] * kc_s1 + dc[None, :], mask=kmask, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * QK_SCALE
+            s = tl.where(sel[:, None], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(v_base + kp[:, None] * vc_s1 + dc[None, :], mask=kmask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty), v)
+            m_i = m_new
+        for start in range(full, hi, BLOCK_N):
             kp = start + n
             kmask = (kp < hi)[:, None] & dmask[None, :]
             k = tl.load(k_base + kp[:, None] * kc_s1 + dc[None, :], mask=kmask, other=0.0)
