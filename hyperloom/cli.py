@@ -93,6 +93,9 @@ def _sizes(text: str | None, gpu_default: str, cpu_default: str, gpu: bool) -> l
 
 def cmd_bench(args: argparse.Namespace) -> None:
     from hyperloom.bench import report
+    from hyperloom.bench.dsa import SCENARIOS as DSA_SCENARIOS
+    from hyperloom.bench.dsa import DSABench
+    from hyperloom.bench.kda import SCENARIOS as KDA_SCENARIOS
     from hyperloom.bench.kda import KDABench
     from hyperloom.bench.measure import measure_limits
     from hyperloom.bench.moe import SCENARIOS as MOE_SCENARIOS
@@ -109,15 +112,17 @@ def cmd_bench(args: argparse.Namespace) -> None:
     model = hyperloom.build(args.model, args.config, args.layers, dtype)
     limits = measure_limits(device)
     # the engine's scenarios need random weights for the whole model (GLM-5.3-flash's MTP layer
-    # alone is 15 GiB); the KDA kernels' need only its KDA width
+    # alone is 15 GiB); the kernels' scenarios (KDA, MoE, DSA) only their layer's sizes
     engine = set(wanted) & set(ENGINE_SCENARIOS)
     profile = (10 if gpu else 1) if args.profile else 0
     bench = (Bench(model, device, dtype, TOLERANCE[dtype], compile_modes=not args.no_compile,
                    profile_steps=profile) if engine else None)
     kda = (KDABench(model, device, dtype, TOLERANCE[dtype], profile_steps=profile)
-           if set(wanted) - engine else None)
+           if set(wanted) & set(KDA_SCENARIOS) else None)
     moe = (MoEBench(model, device, dtype, TOLERANCE[dtype], profile_steps=profile)
            if set(wanted) & set(MOE_SCENARIOS) else None)
+    dsa = (DSABench(model, device, dtype, TOLERANCE[dtype], limits, profile_steps=profile)
+           if set(wanted) & set(DSA_SCENARIOS) else None)
     what = f"{args.model} --config {args.config}" + (f" --layers {args.layers}"
                                                      if args.layers else "")
     info = report.meta(device, limits, what)
@@ -129,7 +134,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     results, rec = [], report.record([], limits, info)
     save(rec)
-    for scenario in _bench_scenarios(args, wanted, bench, kda, gpu, moe):
+    for scenario in _bench_scenarios(args, wanted, bench, kda, gpu, moe, dsa):
         results.append(scenario())
         rec = report.record(results, limits, info)
         print(report.rows(rec["results"][-1]), end="", flush=True)
@@ -143,11 +148,12 @@ ENGINE_SCENARIOS = ("decode", "site", "prefill")
 
 
 def _wanted_scenarios(text: str) -> list[str]:
+    from hyperloom.bench.dsa import SCENARIOS as DSA_SCENARIOS
     from hyperloom.bench.kda import SCENARIOS as KDA_SCENARIOS
     from hyperloom.bench.moe import SCENARIOS as MOE_SCENARIOS
 
     wanted = [x.strip() for x in text.split(",") if x.strip()]
-    known = ENGINE_SCENARIOS + KDA_SCENARIOS + MOE_SCENARIOS
+    known = ENGINE_SCENARIOS + KDA_SCENARIOS + MOE_SCENARIOS + DSA_SCENARIOS
     unknown = [x for x in wanted if x not in known]
     if unknown or not wanted:
         raise InputError(f"--scenarios: unknown {', '.join(unknown) or '(none given)'}; "
@@ -156,7 +162,7 @@ def _wanted_scenarios(text: str) -> list[str]:
 
 
 def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,
-                     gpu: bool, moe=None) -> list:
+                     gpu: bool, moe=None, dsa=None) -> list:
     """The scenarios to run, in order, as callables returning their Result."""
     from functools import partial
 
@@ -175,10 +181,18 @@ def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,
         runs += [partial(moe.step, b) for b in _sizes(args.moe_batch, "1,16,64", "1,3", gpu)]
     if "moe-prefill" in wanted:
         runs += [partial(moe.prefill, n) for n in _sizes(args.moe_tokens, "4096", "20", gpu)]
+    if "dsa-decode" in wanted:  # contexts ascending: each row's attend growth is over the first
+        ctxs = sorted(_sizes(args.dsa_ctx, DSA_CTX_GPU, DSA_CTX_CPU, gpu))
+        runs += [partial(dsa.step, b, c) for b in _sizes(args.dsa_batch, "1,16", "1,3", gpu)
+                 for c in ctxs]
     if "prefill" in wanted:  # last: max-autotune's compile is the longest part of a run
         runs += [partial(bench.prefill, n) for n in _sizes(args.prefill_tokens, "2048", "24", gpu)]
     return runs
 
+
+# dsa-decode contexts; CPU: a few pools of GLM tiny's (39 completes a pool in the step, 100 has
+# a tail). GLM-5.3-Flash at 131072 x 16 sequences: 3.2 GiB of caches a copy, 2 copies timed
+DSA_CTX_GPU, DSA_CTX_CPU = "4096,32768,131072", "39,100"
 
 # decode scenarios, BATCHxCTX (a bare CTX: batch 1); CPU: the interpreter's few rows. The
 # largest KV caches (--config bench: 4 layers of 8 x 128 bf16 K and V, 16 KiB a token) are
@@ -316,7 +330,8 @@ def parser() -> argparse.ArgumentParser:
     bn.add_argument("--scenarios", default="decode,prefill,site",
                     help="comma-separated: decode, site, prefill (the engine vs torch); "
                     "kda-decode, kda-prefill (the KDA kernels vs flash-linear-attention); "
-                    "moe-decode, moe-prefill (the MoE kernels vs the torch loop)")
+                    "moe-decode, moe-prefill (the MoE kernels vs the torch loop); "
+                    "dsa-decode (one DSA layer's indexer and sparse MLA kernels)")
     bn.add_argument("--ctx", help=f"decode shapes: CTX (batch 1) or BATCHxCTX, e.g. 16x1024 "
                     f"(default {DECODE_GPU}; CPU: {DECODE_CPU})")
     bn.add_argument("--prefill-tokens", help="prefill lengths (default 2048; CPU: 24)")
@@ -325,6 +340,9 @@ def parser() -> argparse.ArgumentParser:
     bn.add_argument("--kda-tokens", help="kda-prefill: tokens (default 8192; CPU: 20)")
     bn.add_argument("--moe-batch", help="moe-decode: rows per step (default 1,16,64; CPU: 1,3)")
     bn.add_argument("--moe-tokens", help="moe-prefill: tokens (default 4096; CPU: 20)")
+    bn.add_argument("--dsa-ctx", help=f"dsa-decode: tokens cached per sequence (default "
+                    f"{DSA_CTX_GPU}; CPU: {DSA_CTX_CPU})")
+    bn.add_argument("--dsa-batch", help="dsa-decode: sequences per step (default 1,16; CPU: 1,3)")
     bn.add_argument("--device")
     bn.add_argument("--json", help="write the JSON record here")
     bn.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")

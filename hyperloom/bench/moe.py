@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import torch
 
 from hyperloom.bench.kda import graphed
+from hyperloom.bench.kernels import first_layer, load_emitters, randn
 from hyperloom.bench.measure import median_seconds, profile_top
 from hyperloom.bench.scenarios import AgreementError, Result, rel_err
-from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import moe_experts, moe_router
 from hyperloom.codegen.emitters.moe_experts import ExpertsSpec
 from hyperloom.codegen.emitters.moe_router import RouterSpec
@@ -38,12 +38,10 @@ class MoEResult(Result):
 
 def moe_specs(model: Model, gpu: bool) -> tuple[RouterSpec, ExpertsSpec]:
     """The model's first MoE layer; without one, GLM-5.3-Flash's (GPU) or a tiny one (CPU)."""
-    types, router = model.main.value_types(), None
-    for node in model.main.nodes:
-        if node.op is Op.MOE_ROUTER:
-            router = moe_router_spec(node, types)
-        elif node.op is Op.MOE_EXPERTS and router is not None:
-            return router, moe_experts_spec(node, types)
+    found = first_layer(model, (Op.MOE_ROUTER, moe_router_spec),
+                        (Op.MOE_EXPERTS, moe_experts_spec))
+    if found:
+        return found
     c = FLASH
     h, e, i, k = (c.hidden_size, c.n_routed_experts, c.moe_intermediate_size,
                   c.num_experts_per_tok) if gpu else (64, 8, 32, 2)
@@ -70,16 +68,11 @@ class MoEBench:
         self.kernels = self._load()
 
     def _randn(self, *shape: int, scale: float, dtype: torch.dtype | None = None):
-        t = torch.randn(shape, generator=self.gen, device=self.device, dtype=dtype or self.dtype)
-        return t.mul_(scale)
+        return randn(self.gen, self.device, dtype or self.dtype, *shape, scale=scale)
 
-    def _load(self) -> tuple[list, list]:
-        out = []
-        for mod, spec, name in ((moe_router, self.router, "bench_moe_router"),
-                                (moe_experts, self.experts, "bench_moe_experts")):
-            src = mod.source(name, spec, header=f"bench: {spec}")
-            out.append([load(src, n, self.device, name) for n in mod.kernel_names(name)])
-        return out[0], out[1]
+    def _load(self) -> tuple[tuple, tuple]:
+        return load_emitters(self.device, (moe_router, self.router, "bench_moe_router"),
+                             (moe_experts, self.experts, "bench_moe_experts"))
 
     def step(self, batch: int) -> MoEResult:
         """One decode row per sequence for `batch` sequences, timed under CUDA-graph replay."""

@@ -1,9 +1,10 @@
 """The mHC pre-site emitter against semantics.hc.hc_pre (fp64): n = 4 and n = 2, 20 Sinkhorn
 iterations, widths that are not powers of two (one and several K blocks per stream), 1 to 70 rows
 (the one launch; projection + finish at 5 rows; projection + gates + apply, WIDE_ROWS lowered to
-32, at 33 and 70 rows: one and two projection row blocks), with and without the folded site norm, rows in one or several chunks, row-strided X and y, rows past `rows`
-untouched. CPU: Triton's interpreter in fp32; GPU (`gpu` mark): bf16 fn at D = 4096 and 6144 on
-the H200, relative error."""
+32, at 33 and 70 rows: one and two projection row blocks), with and without the folded site
+norm, rows in one or several chunks, row-strided X and y, rows past `rows` untouched. CPU:
+Triton's interpreter in fp32; GPU (`gpu` mark): bf16 fn at D = 4096 and 6144 on the H200,
+relative error."""
 
 from __future__ import annotations
 

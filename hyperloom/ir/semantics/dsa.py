@@ -20,6 +20,16 @@ def pool_keys(keys: torch.Tensor, gate: torch.Tensor, ape: torch.Tensor) -> torc
     return (torch.softmax(g + ape[None], dim=1) * k).sum(1)
 
 
+def pool_scores(at: ops.DSAIndexAttrs, qi: torch.Tensor, w: torch.Tensor, cached: torch.Tensor,
+                ape: torch.Tensor) -> torch.Tensor:
+    """qi [n, H*d], w [n, H] of n rows over cached [L, 2d] ([key | gate] per token) -> scores
+    [n, L // P] of the complete pools: sum_h w_h H^-1/2 relu(q_h . key d^-1/2)."""
+    d, h = at.head_dim, at.heads
+    keys = pool_keys(cached[:, :d], cached[:, d:], ape)  # [pools, d]
+    logits = torch.relu(torch.einsum("nhd,pd->nhp", qi.view(-1, h, d), keys) * d ** -0.5)
+    return torch.einsum("nh,nhp->np", w * h ** -0.5, logits)
+
+
 def select(at: ops.DSAIndexAttrs, scores: torch.Tensor, qpos: torch.Tensor) -> torch.Tensor:
     """scores [n, pools] for rows at positions qpos -> token ids [n, width] (-1 padded)."""
     p, n, pools = at.kpool, scores.shape[0], scores.shape[1]
@@ -47,15 +57,11 @@ def dsa_index(ctx: Ctx, at: ops.DSAIndexAttrs, qi: torch.Tensor, w: torch.Tensor
               ki: torch.Tensor, gate: torch.Tensor, ape: torch.Tensor, slot: torch.Tensor,
               pos: torch.Tensor) -> torch.Tensor:
     cache = ctx.state[at.state + ".keys"]
-    d, h = at.head_dim, at.heads
     out = torch.empty(qi.shape[0], at.width, dtype=torch.int32, device=qi.device)
     for seg in ctx.segments:
         r = slice(seg.start, seg.stop)
         cache[seg.slot, seg.pos: seg.end_pos] = torch.cat([ki[r], gate[r]], -1)
-        cached = cache[seg.slot, : seg.end_pos]
-        keys = pool_keys(cached[:, :d], cached[:, d:], ape)  # [pools, d]
-        logits = torch.relu(torch.einsum("nhd,pd->nhp", qi[r].view(-1, h, d), keys) * d ** -0.5)
-        scores = torch.einsum("nh,nhp->np", w[r] * h ** -0.5, logits)
+        scores = pool_scores(at, qi[r], w[r], cache[seg.slot, : seg.end_pos], ape)
         qpos = torch.arange(seg.pos, seg.end_pos, device=qi.device)
         out[r] = select(at, scores, qpos)
     return out
