@@ -246,7 +246,7 @@ def test_highway_values_own_their_bytes_and_a_clash_is_caught():
         plan_highway(comp.graph, arena)
 
 
-def test_padding_row_leaves_the_last_slot_alone_on_interpreter_ops():
+def test_padding_row_leaves_the_last_slot_alone_in_glm_kernels():
     """A padded decode bucket (slot -1 rows) must not touch any slot's state (-1 would index
     the last) in GLM's stateful kernels (KDA, DSA, MLA) nor in its MoE."""
     ref, comp = engines("glm5next", "tiny", prefill_chunk=8, max_sequences=4)

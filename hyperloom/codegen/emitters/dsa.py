@@ -35,8 +35,10 @@ from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
 
 BP = 64  # pools per score program
-SELECT_BLOCK = 4096  # scores per iteration of the selection passes (H200, 32768 pools: select
-# 115.6 us at 4096 and 8 warps, 141.3 at 2048, 162.2 at 1024; 16 warps no faster)
+# scores per iteration of the selection passes, by the launch's pool count: on the H200 at
+# 32768 pools 115.6 us at 4096 (8 warps), 141.3 at 2048, 162.2 at 1024, 16 warps no faster; at
+# 8192 pools 31.4 us at 4096, 43.3 at 1024; at 1024 pools 8.4 us at 1024, 16.9 at 4096
+SELECT_BLOCK, SMALL_BLOCK = 4096, 1024
 WARPS, SELECT_WARPS = 4, 8  # a row's selection is one program: give it more threads
 
 
@@ -273,8 +275,9 @@ def select(kernel, spec: DSASpec, *, scores: torch.Tensor, slot: torch.Tensor,
           f"DSA index: int32 [rows, {spec.width}], got {out.dtype} {tuple(out.shape)}")
     _need(scores.shape[0] >= rows and scores.shape[1] >= pools and scores.stride(1) == 1,
           "DSA score scratch does not fit")
+    block = SMALL_BLOCK if pools <= SMALL_BLOCK else SELECT_BLOCK  # fixed by the cache capacity
     kernel[(rows,)](scores, slot, pos, out, scores.stride(0), out.stride(0), pools,
-                    num_warps=SELECT_WARPS)
+                    BLOCK=block, num_warps=SELECT_WARPS)
 
 
 def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: torch.Tensor,
