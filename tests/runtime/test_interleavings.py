@@ -6,7 +6,9 @@ leave all sequences (lengths and the whole state store) exactly as they were.
 
 The compiled engine runs llama tiny-hc (prefill sub-chunked by 4, decode replayed from padded
 row buckets) and glm5next tiny (KDA state and conv windows by slot in its kernels); the reference
-engine runs glm5next tiny (KDA fixed state and DSA caches per slot)."""
+engine runs glm5next tiny (KDA fixed state and DSA caches per slot). On the H200 (`gpu` mark) the
+compiled engine runs llama bench in bf16, contiguous and paged, against the fp32 reference on the
+same card (relative error, the bf16 tolerance)."""
 
 from __future__ import annotations
 
@@ -27,9 +29,9 @@ from hyperloom.models import Model
 from hyperloom.models.random_weights import random_weights
 from hyperloom.runtime.engine import CompiledEngine
 from hyperloom.runtime.runner import buckets
-from tests.tolerances import assert_close
+from tests.tolerances import REL, assert_close, assert_rel
 
-F32 = torch.float32
+F32, BF16 = torch.float32, torch.bfloat16
 STEPS = 60  # operations per program, refused ones included
 SLOTS, CAPACITY, CHUNK = 8, 48, 4  # max_sequences, max_seq_len, prefill_chunk
 STEER = 4.0  # weight factor for operations whose kind has not happened yet
@@ -46,36 +48,47 @@ class Case:
     backend: str
     seed: int
     kv_block_size: int = 0  # compiled: 16 pages the KV cache
+    gpu: bool = False  # bf16 on the GPU against the fp32 reference there
 
     def __str__(self) -> str:
         paged = f"-paged{self.kv_block_size}" if self.kv_block_size else ""
-        return f"{self.model}-{self.config}-{self.backend}{paged}-seed{self.seed}"
+        gpu = "-cuda-bf16" if self.gpu else ""
+        return f"{self.model}-{self.config}-{self.backend}{paged}{gpu}-seed{self.seed}"
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpu else "cpu"
 
 
 CASES = [Case("llama", "tiny-hc", "compiled", s) for s in (1, 2)] + \
         [Case("llama", "tiny-hc", "compiled", 3, kv_block_size=16)] + \
         [Case("glm5next", "tiny", "compiled", 21)] + \
         [Case("glm5next", "tiny", "reference", s) for s in (11, 12, 13, 14, 15, 16)]
+GPU_CASES = [Case("llama", "bench", "compiled", 31, gpu=True),
+             Case("llama", "bench", "compiled", 32, kv_block_size=16, gpu=True)]
 
 
 @functools.cache
-def spec_and_weights(model: str, config: str) -> tuple[Model, dict[str, torch.Tensor]]:
-    spec = hyperloom.build(model, config, dtype=F32)
+def spec_and_weights(model: str, config: str,
+                     dtype: torch.dtype = F32) -> tuple[Model, dict[str, torch.Tensor]]:
+    spec = hyperloom.build(model, config, dtype=dtype)
     return spec, random_weights(spec, seed=0)
 
 
 @functools.cache
-def oracle(model: str, config: str) -> Engine:
-    """One single-slot fp32 reference engine per model, shared by every program."""
-    spec, weights = spec_and_weights(model, config)
-    return hyperloom.engine(spec, weights, dtype=F32, backend="reference",
+def oracle(model: str, config: str, device: str = "cpu", dtype: torch.dtype = F32) -> Engine:
+    """One single-slot fp32 reference engine per model (on the weights made for `dtype`),
+    shared by every program."""
+    _, weights = spec_and_weights(model, config, dtype)
+    spec, _ = spec_and_weights(model, config)
+    return hyperloom.engine(spec, weights, device=device, dtype=F32, backend="reference",
                             max_seq_len=CAPACITY, max_sequences=1)
 
 
 def alone(case: Case, history: list[int]) -> torch.Tensor:
     """Logits of `history` prefilled into a fresh sequence (prefill(N) + decode equals
     prefill(N + 1): tests/ir/test_engine_state.py), one row per token."""
-    eng = oracle(case.model, case.config)
+    eng = oracle(case.model, case.config, case.device, BF16 if case.gpu else F32)
     seq = eng.new_sequence()
     try:
         return eng.prefill(seq, history)
@@ -98,13 +111,14 @@ class Program:
     against the model, and updates the model."""
 
     def __init__(self, case: Case):
-        spec, weights = spec_and_weights(case.model, case.config)
+        dtype = BF16 if case.gpu else F32
+        spec, weights = spec_and_weights(case.model, case.config, dtype)
         self.case, self.vocab = case, spec.vocab_size
         self.rng = random.Random(case.seed)
         with overrides(kv_block_size=case.kv_block_size):
-            self.engine = hyperloom.engine(spec, weights, dtype=F32, backend=case.backend,
-                                           max_seq_len=CAPACITY, max_sequences=SLOTS,
-                                           prefill_chunk=CHUNK)
+            self.engine = hyperloom.engine(spec, weights, device=case.device, dtype=dtype,
+                                           backend=case.backend, max_seq_len=CAPACITY,
+                                           max_sequences=SLOTS, prefill_chunk=CHUNK)
         self.live: list[Tracked] = []
         self.freed: list[Sequence] = []  # stale handles, kept to try them again
         self.vacated: set[int] = set()  # slots some freed sequence held
@@ -167,7 +181,7 @@ class Program:
         got = self.engine.prefill(t.seq, ids)
         t.history += ids
         want = alone(self.case, t.history)[-len(ids):]
-        assert_close(got, want, F32, self.where(f"prefill {len(ids)} in slot {t.seq.slot}"))
+        self.compare(got, want, f"prefill {len(ids)} in slot {t.seq.slot}")
         self.check_lengths()
         self.seen["prefill"] += 1
 
@@ -181,13 +195,18 @@ class Program:
         for i, (t, tok) in enumerate(zip(batch, ids)):
             t.history.append(tok)
             want = alone(self.case, t.history)[-1]
-            assert_close(got[i], want, F32, self.where(f"decode row {i} (slot {t.seq.slot}, "
-                                                       f"{len(batch)} rows)"))
+            self.compare(got[i], want, f"decode row {i} (slot {t.seq.slot}, {len(batch)} rows)")
         self.check_lengths()
         self.check_replayed(len(batch), replays)
         self.seen["decode"] += 1
         if len(batch) >= 3 and len(batch) not in buckets(SLOTS):
             self.seen["padded_decode"] += 1
+
+    def compare(self, got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+        if self.case.gpu:
+            assert_rel(got.float(), want, REL[BF16], self.where(what))
+        else:
+            assert_close(got, want, F32, self.where(what))
 
     def batch_size(self, most: int) -> int:
         padded = [n for n in range(3, most + 1) if n not in buckets(SLOTS)]
@@ -263,7 +282,8 @@ class Program:
         return {name: t.clone() for name, t in self.engine.state.tensors.items()}
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", CASES + [pytest.param(c, marks=pytest.mark.gpu)
+                                          for c in GPU_CASES], ids=str)
 def test_random_program_matches_each_sequence_alone(case: Case) -> None:
     program = Program(case)
     program.run(STEPS)
