@@ -205,9 +205,7 @@ def _attend_source(name: str, spec: AttentionSpec) -> str:
     table, page = _paged_args(spec)
     keys = _keys(spec, " " * 8)
     base, row_table = keys.base, keys.row_table
-
-    def body(lo: str, hi: str, causal: bool) -> str:
-        return _key_loop(keys, lo, hi, causal)
+    below, band = _key_loop(keys, "0", "full", False), _key_loop(keys, "full", "hi", True)
     return f'''
 @triton.jit
 def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
@@ -248,7 +246,7 @@ def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
         v_base = vc_ptr + {base[1]}kvh * vc_s2
         # keys below `full` are visible to every selected row: no causal mask there
         full = (tl.min(tl.where(sel, pos, 2147483647), axis=0) + 1) // BLOCK_N * BLOCK_N
-{row_table}{body("0", "full", False)}{body("full", "hi", True)}        todo = todo & ~sel
+{row_table}{below}{band}        todo = todo & ~sel
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(o_ptr + r64[:, None] * so + head[:, None] * HD + dc[None, :],
              out.to(o_ptr.dtype.element_ty), mask=(in_rows & (g < G))[:, None] & dmask[None, :])

@@ -8,8 +8,8 @@ outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), 
 
 _partials (grid (cdiv(rows, BLOCK_T), splits)): split-K over the flat n*D axis, so a few rows
 still spread over every multiprocessor (decode: up to 128 splits) and many rows sweep X once; each
-program writes its partial projections m = X_flat @ fn^T, and sum(x^2) in column J, to a scratch
-row [split, row, JP].
+program writes its partial projections m = X_flat @ fn^T (and, for the gates, sum(x^2) in column
+J) to a scratch row [split, row, JP].
 _finish_row: one row's partials summed in wide tiles; its X row (in registers when it fits)
 gives sum(x^2), so the stream norm costs the projection nothing; the gates; every Sinkhorn
 iteration in registers; post, comb and y = sum_i pre[i] * X[i] (rms(y) with out_eps).
@@ -43,7 +43,7 @@ SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = 64  # splits whose partials a finish sums per load
 ROW_TILE = 16384  # X elements of one row a finish loads at once
-FINISH_WARPS = 16  # FINISH_WARPS: ROW_TILE / 512 threads = 32 registers each
+FINISH_WARPS = 16  # ROW_TILE / 512 threads = 32 registers each
 GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
 APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
@@ -119,9 +119,10 @@ def _partials_source() -> str:
 @triton.jit
 def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
               D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
-    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
-    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
+              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SQ: tl.constexpr):
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch (SQ:
+    and sum(x^2) in column J, for the gates). A block lies in one stream, so its columns are
+    contiguous (vector loads) at a scalar offset."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
@@ -130,8 +131,9 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
     KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
-    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # column J: sum(x^2) (fn rows >= J are 0)
-    sq = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # reduced once, after the loop
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0: column J is free
+    if SQ:
+        sq = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # reduced once, after the loop
 {head}        i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
         cmask = c < D
@@ -139,8 +141,10 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-        sq += x * x
-{_indent(dot, 8)}{tail}    acc += tl.where(j == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
+        if SQ:
+            sq += x * x
+{_indent(dot, 8)}{tail}    if SQ:
+        acc += tl.where(j == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
     part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 '''
@@ -297,7 +301,6 @@ def _apply_body(spec: HCPreSpec) -> str:
             f"{loads}{'d = dd' + chr(10) if whole else ''}{norm}{store}")
 
 
-
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
     fused, proj, finish, gates, apply = kernel_names(name)
     consts = _constexprs(spec)
@@ -305,11 +308,12 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     params = _SIG + consts + out_eps
     part_args = ("x_ptr fn_ptr part_ptr rows rows_pad kb_split sx_row sx_stream s_fn D N J JP "
                  "BLOCK_T BLOCK_K").split()
+    wide_args = [a if a != "BLOCK_T" else "BLOCK_P" for a in part_args] + ["SQ"]
     row_args = ("x_ptr base_ptr scale_ptr y_ptr post_ptr comb_ptr part_ptr rows_pad splits "
                 "sx_row sx_stream sy_row spost_row scomb_row scomb_i N D J NP JP SB BLOCK_Y "
                 "NORM_EPS HC_EPS ITERS").split() + (["OUT_EPS"] if out_eps else [])
-    partials = wrap("    _partials(", part_args, ")", 14)
-    wide = wrap("    _partials(", [a if a != "BLOCK_T" else "BLOCK_P" for a in part_args], ")", 14)
+    partials = wrap("    _partials(", part_args + ["False"], ")", 14)
+    wide = wrap("    _partials(", wide_args, ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
     return f'''
@@ -327,7 +331,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 {rtail}
 
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {proj}(", params, "):", 8)}
+{wrap(f"def {proj}(", params + ["SQ: tl.constexpr = False"], "):", 8)}
 {wide}
 
 
@@ -365,7 +369,7 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
     kernels leave the counters zeroed, so one pair serves every site in turn."""
     jp = _blocks(spec)["JP"]
     part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, pre
-               for r in range(1, max_rows + 1) for fused in (True, False)
+               for r in range(1, max_rows + 1, BLOCK_T) for fused in (True, False)
                for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
     return (torch.empty(part, dtype=torch.float32, device=device),
             torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
@@ -395,7 +399,7 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
         return
-    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, num_warps=PROJ_WARPS,
+    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, SQ=block != BLOCK_T, num_warps=PROJ_WARPS,
                                num_stages=PROJ_STAGES)
     if block == BLOCK_T:
         finish[(rows,)](*args, num_warps=FINISH_WARPS)

@@ -15,9 +15,10 @@ import triton.language as tl
 @triton.jit
 def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
               D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
-    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
-    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
+              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SQ: tl.constexpr):
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch (SQ:
+    and sum(x^2) in column J, for the gates). A block lies in one stream, so its columns are
+    contiguous (vector loads) at a scalar offset."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
@@ -26,8 +27,9 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
     KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
-    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # column J: sum(x^2) (fn rows >= J are 0)
-    sq = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # reduced once, after the loop
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0: column J is free
+    if SQ:
+        sq = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # reduced once, after the loop
     for b in range(b_lo, b_hi, 1):
         i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
@@ -36,7 +38,8 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-        sq += x * x
+        if SQ:
+            sq += x * x
         wt = tl.trans(w)
         if fn_ptr.dtype.element_ty == tl.bfloat16:
             x_hi = x.to(tl.bfloat16)
@@ -44,7 +47,8 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
             acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
         else:
             acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
-    acc += tl.where(j == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
+    if SQ:
+        acc += tl.where(j == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
     part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 
@@ -118,7 +122,7 @@ def k05_hc_pre_l0_hc_ffn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
-              JP, BLOCK_T, BLOCK_K)
+              JP, BLOCK_T, BLOCK_K, False)
     # every thread's partials are written before the ticket; the last ticket finishes the block
     tl.debug_barrier()
     ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
@@ -141,9 +145,9 @@ def k05_hc_pre_l0_hc_ffn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post
         BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
         SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05):
+        OUT_EPS: tl.constexpr = 1e-05, SQ: tl.constexpr = False):
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
-              JP, BLOCK_P, BLOCK_K)
+              JP, BLOCK_P, BLOCK_K, SQ)
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
