@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 import hyperloom
+from hyperloom.config import knobs, overrides
 from hyperloom.errors import HyperloomError, InputError
 from hyperloom.ir.printer import print_graph
 from hyperloom.passes.kernel_plan import APART_ROWS
@@ -300,6 +301,9 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hyperloom", description=__doc__.splitlines()[0])
+    p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                   help="override a knob of hyperloom/config.py for this command, e.g. "
+                   "--set kv_block_size=64 (repeatable)")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("models", help="list model specs and named configs").set_defaults(
         fn=cmd_models)
@@ -383,9 +387,15 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     try:
-        args.fn(args)
+        knobs(args.set)
+    except ValueError as e:
+        p.error(str(e))
+    try:
+        with overrides(**knobs(args.set)):
+            args.fn(args)
     except HyperloomError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -71,6 +71,35 @@ def overrides(**knobs: object) -> Iterator[Config]:
             setattr(CONFIG, k, v)
 
 
+def knobs(items: list[str]) -> dict[str, object]:
+    """`KNOB=VALUE` strings (the command line's --set) as typed overrides; ValueError names a
+    malformed item, an unknown knob or a value of the wrong type."""
+    fields = {f.name: type(getattr(CONFIG, f.name)) for f in dataclasses.fields(CONFIG)}
+    out: dict[str, object] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or name not in fields:
+            raise ValueError(f"--set {item!r}: want KNOB=VALUE with a knob of {sorted(fields)}")
+        kind = fields[name]
+        if kind is bool:
+            if value.lower() not in ("0", "1", "true", "false"):
+                raise ValueError(f"--set {item!r}: {name} takes true/false or 1/0")
+            out[name] = value.lower() in ("1", "true")
+            continue
+        try:
+            out[name] = kind(value)
+        except ValueError:
+            raise ValueError(f"--set {item!r}: {name} takes a {kind.__name__}") from None
+    return out
+
+
+def changed() -> dict[str, object]:
+    """The knobs set away from their defaults (a bench record names them)."""
+    default = Config()
+    return {f.name: getattr(CONFIG, f.name) for f in dataclasses.fields(CONFIG)
+            if getattr(CONFIG, f.name) != getattr(default, f.name)}
+
+
 def describe() -> str:
     return "\n".join(f"{f.name} = {getattr(CONFIG, f.name)!r}  # {f.metadata.get('help', '')}"
                      for f in dataclasses.fields(CONFIG))

@@ -118,3 +118,27 @@ def test_dump_dir_knob_dumps_any_compile(tmp_path):
     with overrides(dump_dir=str(tmp_path)):
         hyperloom.load("llama", "tiny", prefill_chunk=4)
     assert (tmp_path / "kernel_plan.txt").is_file() and (tmp_path / "kernels").is_dir()
+
+
+@pytest.mark.parametrize("item, needle", [
+    ("kv_block_size", "want KNOB=VALUE"),
+    ("no_such_knob=1", "want KNOB=VALUE"),
+    ("kv_block_size=big", "kv_block_size takes a int"),
+    ("interpret=maybe", "interpret takes true/false"),
+])
+def test_set_rejects_bad_knobs(capsys, item, needle):
+    with pytest.raises(SystemExit) as exc:
+        main(["--set", item, "models"])
+    assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_set_overrides_a_knob_for_the_command_only(capsys, tmp_path):
+    from hyperloom.config import CONFIG
+
+    rc, out, _ = run(capsys, "--set", f"dump_dir={tmp_path}", "--set", "kv_block_size=16", "run",
+                     "llama", "--max-new-tokens", "2", "--json")
+    assert rc == 0 and json.loads(out)["tokens"]
+    assert (tmp_path / "kernel_plan.txt").is_file()  # the knob reached the compile
+    kernels = "".join(p.read_text() for p in (tmp_path / "kernels").iterdir())
+    assert "PAGE: tl.constexpr = 16" in kernels  # paged attention kernels were generated
+    assert CONFIG.dump_dir != str(tmp_path) and CONFIG.kv_block_size == 0  # restored after

@@ -14,7 +14,7 @@ import triton
 
 from hyperloom.bench.measure import Limits
 from hyperloom.bench.scenarios import Result
-from hyperloom.config import CONFIG
+from hyperloom.config import CONFIG, changed
 
 
 CHECKOUT = Path(__file__).parent  # where git looks for the commit
@@ -46,7 +46,7 @@ def meta(device: torch.device, limits: Limits, what: str) -> dict:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
     return {"model": what, "device": gpu or device.type, **commit(),
             "torch": torch.__version__, "triton": triton.__version__,
-            "meaningful": device.type == "cuda", **limits.as_dict()}
+            "meaningful": device.type == "cuda", "knobs": changed(), **limits.as_dict()}
 
 
 def record(results: list[Result], limits: Limits, info: dict) -> dict:

@@ -71,8 +71,9 @@ def _main(*argv: str) -> tuple[int, str]:
 def profiled_run(tmp_path_factory):
     """One bench run of every scenario with --profile: (its stdout, its JSON path)."""
     out = tmp_path_factory.mktemp("bench") / "bench.json"
-    rc, text = _main("bench", "llama", "--config", "tiny-hc", "--no-compile", "--no-compile-time",
-                     "--profile", "--ctx", "6,3x6", "--prefill-tokens", "10", "--site-rows", "3",
+    rc, text = _main("--set", "kv_block_size=16", "bench", "llama", "--config", "tiny-hc",
+                     "--no-compile", "--no-compile-time", "--profile", "--ctx", "6,3x6",
+                     "--prefill-tokens", "10", "--site-rows", "3",
                      "--json", str(out))
     assert rc == 0
     return text, out
@@ -85,6 +86,7 @@ def test_bench_command_writes_its_record(profiled_run):
     assert {"model", "device", "commit", "commit_dirty", "torch", "triton", "hbm_bytes_per_s",
             "matmul_flop_per_s", "meaningful"} <= set(rec["meta"])
     assert rec["meta"]["meaningful"] is False
+    assert rec["meta"]["knobs"] == {"kv_block_size": 16}  # --set: paged caches, named
     scen = [r["scenario"] for r in rec["results"]]
     assert scen == ["decode b1 ctx6", "decode b3 ctx6", "mhc site 3", "prefill 10"]  # prefill last
     for r in rec["results"]:
