@@ -269,7 +269,9 @@ def test_only_padding_rows(block_size: int) -> None:
 
 @pytest.mark.parametrize("block_size,gqa,tiling", [(16, GQA[1], "prefill"),
                                                    (32, GQA[2], "prefill"),
-                                                   (32, GQA[1], "decode")])
+                                                   (32, GQA[1], "decode"),
+                                                   (64, GQA[2], "prefill"),  # a page a key block
+                                                   (64, GQA[1], "decode")])
 def test_paged_prefill_after_earlier_chunk(block_size: int, gqa: tuple[int, int, int],
                                            tiling: str) -> None:
     # as the contiguous test: slot 1's rows at positions 45..81 after an earlier chunk
@@ -280,7 +282,8 @@ def test_paged_prefill_after_earlier_chunk(block_size: int, gqa: tuple[int, int,
     step.check_cpu(seq_rows=n if tiling == "prefill" else 1)
 
 
-@pytest.mark.parametrize("block_size,gqa", [(16, GQA[1]), (32, GQA[2]), (32, GQA[0])])
+@pytest.mark.parametrize("block_size,gqa", [(16, GQA[1]), (32, GQA[2]), (32, GQA[0]),
+                                            (64, GQA[1]), (128, GQA[2])])
 def test_paged_batched_decode_with_padding(block_size: int, gqa: tuple[int, int, int]) -> None:
     # lengths 1, 71, 130 and 6 in four slots, a padding row between them
     step = Step(spec_for(*gqa, block_size=block_size), [3, 0, -1, 2, 1], [0, 70, 5, 129, 5],
@@ -425,7 +428,7 @@ def test_batched_decode_gpu() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("context,block_size", [(1024, 16), (3000, 32)])
+@pytest.mark.parametrize("context,block_size", [(1024, 16), (3000, 32), (3000, 64)])
 def test_paged_prefill_gpu(context: int, block_size: int) -> None:
     n = 512
     pos = list(range(context - n, context))
@@ -435,7 +438,7 @@ def test_paged_prefill_gpu(context: int, block_size: int) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("block_size", [16, 32, 64, 128])
 def test_paged_batched_decode_gpu(block_size: int) -> None:
     step = Step(dataclasses.replace(LLAMA8B, block_size=block_size), [2, 0, -1, 3, 1],
                 [1023, 2999, 7, 17, 1500], slots=4, capacity=3072, device="cuda",
@@ -455,7 +458,8 @@ def test_paged_pool_past_int32_gpu() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_size,max_splits", [(0, 32), (16, 32), (0, 5), (32, 5)])
+@pytest.mark.parametrize("block_size,max_splits", [(0, 32), (16, 32), (0, 5), (32, 5), (64, 5),
+                                                  (128, 32)])
 def test_split_decode_gpu(block_size: int, max_splits: int) -> None:
     step = Step(dataclasses.replace(LLAMA8B, block_size=block_size), [2, 0, -1, 3, 1],
                 [1023, 2999, 7, 17, 1500], slots=4, capacity=3072, device="cuda",
@@ -464,7 +468,7 @@ def test_split_decode_gpu(block_size: int, max_splits: int) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_size", [0, 16])
+@pytest.mark.parametrize("block_size", [0, 16, 64])
 def test_split_decode_long_context_gpu(block_size: int) -> None:
     # one sequence at 8192 (32 splits of 256 keys) and one at 8000, a padding row
     step = Step(dataclasses.replace(LLAMA8B, block_size=block_size), [0, -1, 1], [8191, 0, 7999],
