@@ -164,3 +164,103 @@ def k04_linear_hc_post_l0_o_post(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf, sx
         out += mix[:, None] * x[None, :]
     tl.store(o_ptr + r * so_row + jj[:, None] * so_i + c[None, :], out,
              mask=jm[:, None] & cm[None, :])
+
+
+@triton.jit
+def _col(ptr, mask):
+    """A per-row scalar as a [rows, 1] column."""
+    return tl.load(ptr, mask=mask, other=0.0)[:, None]
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad"])
+def k04_linear_hc_post_l0_o_post_proj(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, fn_ptr, part_ptr, rows, rows_pad, sf, sx_row,
+        sx_i, spost, scomb_row, scomb_i, so_row, so_i, s_fn, N: tl.constexpr = 4,
+        D: tl.constexpr = 64, J: tl.constexpr = 24, JP: tl.constexpr = 32,
+        BLOCK_T: tl.constexpr = 32, BLOCK_C: tl.constexpr = 128):
+    """hc_post on a [BLOCK_T, BLOCK_C] tile of every stream, and the next site's partials
+    X'_tile @ fn_tile^T (sum(X'^2) in column J) to split program_id(1) of its scratch."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tmask = t < rows
+    t64 = t.to(tl.int64)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = c < D
+    ok = tmask[:, None] & cm[None, :]
+    jj = tl.arange(0, JP)
+    f = tl.load(f_ptr + t64[:, None] * sf + c[None, :], mask=ok, other=0.0).to(tl.float32)
+    x_rows = x_ptr + t64[:, None] * sx_row
+    o_rows = o_ptr + t64[:, None] * so_row
+    post_rows = post_ptr + t64 * spost
+    comb_rows = comb_ptr + t64 * scomb_row
+    x0 = tl.load(x_rows + 0 * sx_i + c[None, :], mask=ok, other=0.0)
+    x1 = tl.load(x_rows + 1 * sx_i + c[None, :], mask=ok, other=0.0)
+    x2 = tl.load(x_rows + 2 * sx_i + c[None, :], mask=ok, other=0.0)
+    x3 = tl.load(x_rows + 3 * sx_i + c[None, :], mask=ok, other=0.0)
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0: column J is free
+    sq = tl.zeros((BLOCK_T, BLOCK_C), tl.float32)
+    x = (_col(post_rows + 0, tmask) * f
+         + _col(comb_rows + 0 * scomb_i + 0, tmask) * x0
+         + _col(comb_rows + 1 * scomb_i + 0, tmask) * x1
+         + _col(comb_rows + 2 * scomb_i + 0, tmask) * x2
+         + _col(comb_rows + 3 * scomb_i + 0, tmask) * x3)
+    tl.store(o_rows + 0 * so_i + c[None, :], x, mask=ok)
+    sq += x * x
+    w = tl.load(fn_ptr + jj[:, None] * s_fn + 0 * D + c[None, :],
+                mask=(jj < J)[:, None] & cm[None, :], other=0.0)
+    wt = tl.trans(w)
+    if fn_ptr.dtype.element_ty == tl.bfloat16:
+        x_hi = x.to(tl.bfloat16)
+        acc = tl.dot(x_hi, wt, acc)
+        acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
+    else:
+        acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
+    x = (_col(post_rows + 1, tmask) * f
+         + _col(comb_rows + 0 * scomb_i + 1, tmask) * x0
+         + _col(comb_rows + 1 * scomb_i + 1, tmask) * x1
+         + _col(comb_rows + 2 * scomb_i + 1, tmask) * x2
+         + _col(comb_rows + 3 * scomb_i + 1, tmask) * x3)
+    tl.store(o_rows + 1 * so_i + c[None, :], x, mask=ok)
+    sq += x * x
+    w = tl.load(fn_ptr + jj[:, None] * s_fn + 1 * D + c[None, :],
+                mask=(jj < J)[:, None] & cm[None, :], other=0.0)
+    wt = tl.trans(w)
+    if fn_ptr.dtype.element_ty == tl.bfloat16:
+        x_hi = x.to(tl.bfloat16)
+        acc = tl.dot(x_hi, wt, acc)
+        acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
+    else:
+        acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
+    x = (_col(post_rows + 2, tmask) * f
+         + _col(comb_rows + 0 * scomb_i + 2, tmask) * x0
+         + _col(comb_rows + 1 * scomb_i + 2, tmask) * x1
+         + _col(comb_rows + 2 * scomb_i + 2, tmask) * x2
+         + _col(comb_rows + 3 * scomb_i + 2, tmask) * x3)
+    tl.store(o_rows + 2 * so_i + c[None, :], x, mask=ok)
+    sq += x * x
+    w = tl.load(fn_ptr + jj[:, None] * s_fn + 2 * D + c[None, :],
+                mask=(jj < J)[:, None] & cm[None, :], other=0.0)
+    wt = tl.trans(w)
+    if fn_ptr.dtype.element_ty == tl.bfloat16:
+        x_hi = x.to(tl.bfloat16)
+        acc = tl.dot(x_hi, wt, acc)
+        acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
+    else:
+        acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
+    x = (_col(post_rows + 3, tmask) * f
+         + _col(comb_rows + 0 * scomb_i + 3, tmask) * x0
+         + _col(comb_rows + 1 * scomb_i + 3, tmask) * x1
+         + _col(comb_rows + 2 * scomb_i + 3, tmask) * x2
+         + _col(comb_rows + 3 * scomb_i + 3, tmask) * x3)
+    tl.store(o_rows + 3 * so_i + c[None, :], x, mask=ok)
+    sq += x * x
+    w = tl.load(fn_ptr + jj[:, None] * s_fn + 3 * D + c[None, :],
+                mask=(jj < J)[:, None] & cm[None, :], other=0.0)
+    wt = tl.trans(w)
+    if fn_ptr.dtype.element_ty == tl.bfloat16:
+        x_hi = x.to(tl.bfloat16)
+        acc = tl.dot(x_hi, wt, acc)
+        acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
+    else:
+        acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
+    acc += tl.where(jj == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
+    tl.store(part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP + jj[None, :], acc,
+             mask=tmask[:, None])
