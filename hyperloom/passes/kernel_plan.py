@@ -4,7 +4,6 @@ Ops with no emitter yet run on the reference interpreter, and the plan says so."
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -59,18 +58,13 @@ class KernelEntry:
     launches: int = 1  # kernel launches of a narrow step
     wide_launches: int = 1  # and of a wider one (prefill)
     wide_from: int = NARROW_ROWS  # the most rows a step of `launches` launches has
-    # an hc_post (or GEMM with the hc_post epilogue) whose new streams an hc_pre reads next:
-    # above APART_ROWS rows it writes that site's projection partials too (hc_pre.fed)
-    feeds: KernelEntry | None = None
-    fed: bool = False  # an hc_pre whose projection the hc_post before it computes (wide steps)
 
     def launches_at(self, rows: int) -> int:
         return self.wide_launches if rows > self.wide_from else self.launches
 
     def line(self) -> str:
-        feeds = f"; projects for {self.feeds.name}" if self.feeds else ""
         return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
-                f"fuses {', '.join(self.node.sources)}{feeds}")
+                f"fuses {', '.join(self.node.sources)}")
 
 
 @dataclass(frozen=True)
@@ -140,22 +134,4 @@ def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
         if node.state:
             binds += (f"${node.state}.* -> state pool",)
         kernels.append(KernelEntry(name, emitter, node, binds, *_launches(node, emitter, types)))
-    return KernelPlan(graph.name, tuple(_link_sites(kernels)))
-
-
-def _link_sites(kernels: list[KernelEntry]) -> list[KernelEntry]:
-    """Pair each hc_post with the hc_pre that reads its new streams next (no hc_pre between
-    them: they share the projection scratch): the hc_post projects for it in wide steps."""
-    out = list(kernels)
-    for i, k in enumerate(kernels):
-        if k.emitter not in ("hc_post", "matmul") or k.node.op not in (Op.HC_POST,
-                                                                       Op.LINEAR_HC_POST):
-            continue
-        nxt = next((j for j in range(i + 1, len(kernels)) if kernels[j].node.op is Op.HC_PRE),
-                   None)
-        if nxt is None or kernels[nxt].node.args[0] != k.node.outs[0]:
-            continue
-        fed = dataclasses.replace(kernels[nxt], fed=True, wide_launches=1)  # no projection
-        out[nxt] = fed
-        out[i] = dataclasses.replace(k, feeds=fed)
-    return out
+    return KernelPlan(graph.name, tuple(kernels))

@@ -93,27 +93,7 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         if key not in o.scratch:
             o.scratch[key] = matmul.scratch_y(spec, x.shape[0], w.dtype, device)
         extra["y"] = o.scratch[key]
-    feed = _feed(entry, o, device)
-    return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra,
-                                         feed=feed if hc_pre.fed(rows) else None)
-
-
-def _hc_pre_scratch(spec: hc_pre.HCPreSpec, x: torch.Tensor, o: Operands,
-                    device) -> tuple[torch.Tensor, torch.Tensor]:
-    key = ("hc_pre", spec, x.shape[0])  # one scratch pair serves every site of this shape
-    if key not in o.scratch:
-        o.scratch[key] = hc_pre.scratch(spec, x.shape[0], device)
-    return o.scratch[key]
-
-
-def _feed(entry: KernelEntry, o: Operands, device) -> hc_post.Feed | None:
-    """The projection an hc_post writes for the site it feeds (kernel_plan: entry.feeds)."""
-    if entry.feeds is None:
-        return None
-    site = entry.feeds.node
-    spec = hc_pre_spec(site, o.types)
-    part, _ = _hc_pre_scratch(spec, o[site.args[0]], o, device)
-    return hc_post.Feed(spec, o[site.args[1]], part)
+    return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
 
 
 def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
@@ -122,21 +102,22 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
     kerns = tuple(load(src, n, device, entry.name) for n in hc_pre.kernel_names(entry.name))
     x, fn, base, scale = (o[a] for a in node.args)
     y, post, comb = (o[v] for v in node.outs)
-    part, count = _hc_pre_scratch(spec, x, o, device)
+    key = ("hc_pre", spec, x.shape[0])  # one scratch pair serves every site of this shape
+    if key not in o.scratch:
+        o.scratch[key] = hc_pre.scratch(spec, x.shape[0], device)
+    part, count = o.scratch[key]
     return lambda rows, _: hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y,
                                          post=post, comb=comb, part=part, count=count, rows=rows,
-                                         fused=rows <= NARROW_ROWS,
-                                         fed=entry.fed and hc_pre.fed(rows))
+                                         fused=rows <= NARROW_ROWS)
 
 
 def _hc_post(entry: KernelEntry, o: Operands, device) -> Launch:
     node, spec = entry.node, hc_post_spec(entry.node, o.types)
-    src = o.source(entry)
-    kerns = tuple(load(src, n, device, entry.name) for n in hc_post.kernel_names(entry.name))
+    kern = load(o.source(entry), entry.name, device)
     f, x, post, comb = (o[a] for a in node.args)
-    out, feed = o[node.outs[0]], _feed(entry, o, device)
-    return lambda rows, _: hc_post.launch(kerns, spec, f=f, x=x, post=post, comb=comb, out=out,
-                                          rows=rows, feed=feed if hc_pre.fed(rows) else None)
+    out = o[node.outs[0]]
+    return lambda rows, _: hc_post.launch(kern, spec, f=f, x=x, post=post, comb=comb, out=out,
+                                          rows=rows)
 
 
 def _embedding(entry: KernelEntry, o: Operands, device) -> Launch:

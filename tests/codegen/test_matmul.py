@@ -206,10 +206,9 @@ def test_mean_rmsnorm_is_a_norm_kernel_then_the_plain_gemm():
     assert scratch(spec_for(40, 72, "none", "store"), 7, torch.float32, "cpu") is None
 
 
-def test_hc_post_adds_the_wide_step_kernels():
+def test_hc_post_adds_the_wide_step_pair():
     spec = spec_for(40, 72, "mean_rmsnorm", "hc_post")
-    assert kernel_names("mm_k", spec) == ("mm_k_norm", "mm_k", "mm_k_y", "mm_k_post",
-                                          "mm_k_post_proj")
+    assert kernel_names("mm_k", spec) == ("mm_k_norm", "mm_k", "mm_k_y", "mm_k_post")
     text = source("mm_k", spec)
     assert all(f"def {n}(" in text for n in kernel_names("mm_k", spec))
     assert scratch_y(spec, SPLIT_ROWS, torch.float32, "cpu") is None

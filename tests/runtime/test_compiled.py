@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import hyperloom
-from hyperloom.codegen.emitters import hc_pre
 from hyperloom.ir.ops import Op
 from hyperloom.models.random_weights import random_weights
 from tests.tolerances import assert_close
@@ -260,24 +259,3 @@ def test_padding_row_leaves_the_last_slot_alone_in_glm_kernels():
                  "3 rows in bucket 4")
     assert comp.runners["main"].bucket(3) == 4
     assert_close(comp.decode(ours[3:], [4]), ref.decode(theirs[3:], [4]), F32, "the last slot")
-
-
-@pytest.mark.parametrize("model, config, wide_rows", [("llama", "tiny-hc", 512),
-                                                      ("llama", "tiny-hc", 32),
-                                                      ("glm5next", "tiny", 32)])
-def test_wide_prefill_feeds_each_site_its_projection(model, config, wide_rows, monkeypatch):
-    # 70 rows > APART_ROWS: each hc_post writes the next site's projection partials, whose
-    # hc_pre skips its own (the finish; gates + apply with WIDE_ROWS lowered to 32)
-    monkeypatch.setattr(hc_pre, "WIDE_ROWS", wide_rows)
-    spec, w = spec_and_weights(model, config)
-    ref = hyperloom.engine(spec, w, dtype=F32, backend="reference", max_seq_len=80)
-    comp = hyperloom.engine(spec, w, dtype=F32, backend="compiled", max_seq_len=80,
-                            prefill_chunk=80)
-    plan = comp.programs["main"].plan
-    sites = [k for k in plan.kernels if k.node.op is Op.HC_PRE]
-    feeders = [k for k in plan.kernels if k.feeds is not None]
-    assert len(feeders) == len(sites) - 1 and all(k.fed for k in sites[1:])  # not the first
-    assert {k.feeds.name for k in feeders} == {k.name for k in sites[1:]}
-    ids = prompt(70, seed=9)
-    want, got = ref.prefill(ref.new_sequence(), ids), comp.prefill(comp.new_sequence(), ids)
-    assert_close(got, want, F32, f"{model} {config} 70-row prefill, fed sites")

@@ -35,7 +35,6 @@ import triton
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, wrap
 from hyperloom.config import CONFIG
-from hyperloom.passes.kernel_plan import APART_ROWS
 
 BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >= 16
 WIDE_ROWS = 512  # above this many rows: gates + apply (at 16 to 256 rows the finish is faster)
@@ -47,7 +46,6 @@ ROW_TILE = 16384  # X elements of one row a finish loads at once
 FINISH_WARPS = 16  # ROW_TILE / 512 threads = 32 registers each
 GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
 APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
-FEED_ROWS, FEED_COLS = 32, 128  # the tile of an hc_post program that projects for this site
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
 # at 16 (Sinkhorn's reductions cross fewer warps; it is 2.2 us of the 9.25)
 
@@ -75,30 +73,6 @@ class HCPreSpec:
     out_eps: float | None = None  # the site's RMSNorm folded in: y = rms(y)
 
 
-def projection_dot() -> str:
-    """Source of `acc += x @ w^T` as the projections take it (x fp32 [rows, cols], w = fn
-    columns [JP, cols]; fn_ptr names fn): hi/lo bf16 MMAs or tf32x3, fp32 in the interpreter."""
-    return _INTERPRET_DOT if CONFIG.interpret else _GPU_DOT
-
-
-def widths(n: int) -> tuple[int, int]:
-    """(J projections, JP: their padded width) for n streams; column J holds sum(x^2)."""
-    j = (2 + n) * n  # n pre, n post, n*n comb logits
-    return j, max(16, triton.next_power_of_2(j + 1))  # tl.dot N >= 16
-
-
-def fed(rows: int) -> bool:
-    """Whether a step of `rows` rows takes a site's projection from the hc_post that wrote its
-    streams (`hc_post` with a Feed): it runs apart from its GEMM above APART_ROWS rows, so its
-    tiles hold the new streams in registers, and the site skips a full read of X."""
-    return rows > APART_ROWS
-
-
-def feed_layout(spec: HCPreSpec, rows: int) -> tuple[int, int]:
-    """(rows_pad, splits) of a fed step's partials: one split per FEED_COLS columns."""
-    return triton.cdiv(rows, FEED_ROWS) * FEED_ROWS, triton.cdiv(spec.d, FEED_COLS)
-
-
 def kernel_names(name: str) -> tuple[str, ...]:
     """(one-launch, projection, finish, gates, apply kernels) defined by source(name, ...)."""
     return name, f"{name}_proj", f"{name}_finish", f"{name}_gates", f"{name}_apply"
@@ -112,11 +86,11 @@ def _indent(text: str, by: int) -> str:
 def _blocks(spec: HCPreSpec) -> dict[str, int]:
     d2 = triton.next_power_of_2(spec.d)
     np2 = triton.next_power_of_2(spec.n)
-    j, jp = widths(spec.n)
+    j = (2 + spec.n) * spec.n  # projections: n pre, n post, n*n comb logits
     return {
         "J": j,
         "NP": np2,
-        "JP": jp,
+        "JP": max(16, triton.next_power_of_2(j + 1)),  # column J: sum(x^2); tl.dot N >= 16
         "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_Y": max(16, min(ROW_TILE // np2, d2)),  # X columns a finish loads at once
     }
@@ -139,7 +113,7 @@ def _constexprs(spec: HCPreSpec) -> list[str]:
 
 
 def _partials_source() -> str:
-    dot = projection_dot()
+    dot = _INTERPRET_DOT if CONFIG.interpret else _GPU_DOT
     head, tail = runtime_loop("b", "b_lo", "b_hi", "1", " " * 4)
     return f'''
 @triton.jit
@@ -395,34 +369,27 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
     kernels leave the counters zeroed, so one pair serves every site in turn."""
     jp = _blocks(spec)["JP"]
     part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, pre
-               for r in range(1, max_rows + 1, BLOCK_T)
-               for rows_pad, nsplit in [layout(spec, r, True)[2:], layout(spec, r, False)[2:],
-                                        feed_layout(spec, r)]) * jp
+               for r in range(1, max_rows + 1, BLOCK_T) for fused in (True, False)
+               for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
     return (torch.empty(part, dtype=torch.float32, device=device),
             torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
 
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
-           part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool,
-           fed: bool = False) -> None:
+           part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool) -> None:
     """kernels: the five of kernel_names(name), loaded; part, count: from scratch(spec, >=
     rows). fused: one launch whose last program per row block finishes its rows in turn (the
     faster form for one row), else the projection and a finish program per row, or above
-    WIDE_ROWS rows the projection, gates over row blocks and an apply program per row. fed:
-    the partials are in `part` already (feed_layout; written by the hc_post before), so the
-    projection is skipped."""
+    WIDE_ROWS rows the projection, gates over row blocks and an apply program per row."""
     if rows == 0:
         return
     for t in (x, fn, y, post, comb):
         assert t.stride(-1) == 1, "last dims must be contiguous"
     assert base.is_contiguous() and scale.is_contiguous()
-    assert not (fused and fed), "a fed step finishes its rows in their own programs"
     one, proj, finish, gates, apply = kernels
     b = _blocks(spec)
     block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
-    if fed:
-        rows_pad, nsplit = feed_layout(spec, rows)
     assert part.numel() >= (nsplit + 2) * rows_pad * b["JP"] and count.numel() >= row_blocks, \
         "hc_pre scratch too small"
     kb_split = triton.cdiv(spec.n * triton.cdiv(spec.d, b["BLOCK_K"]), nsplit)
@@ -432,10 +399,9 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
         return
-    if not fed:
-        proj[(row_blocks, nsplit)](*args, BLOCK_P=block, SQ=block != BLOCK_T,
-                                   num_warps=PROJ_WARPS, num_stages=PROJ_STAGES)
-    if rows <= WIDE_ROWS:
+    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, SQ=block != BLOCK_T, num_warps=PROJ_WARPS,
+                               num_stages=PROJ_STAGES)
+    if block == BLOCK_T:
         finish[(rows,)](*args, num_warps=FINISH_WARPS)
         return
     gates[(triton.cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)

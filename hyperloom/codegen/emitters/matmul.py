@@ -80,11 +80,9 @@ def gemm_spec(spec: MatmulSpec) -> MatmulSpec:
 
 def kernel_names(name: str, spec: MatmulSpec) -> tuple[str, ...]:
     """The kernels `source(name, spec)` defines: (norm, GEMM) for mean_rmsnorm; hc_post adds
-    its wide-step kernels (plain GEMM into y, hc_post's two: hc_post.kernel_names)."""
+    its wide-step pair (plain GEMM into y, hc_post)."""
     names = (f"{name}_norm", name) if spec.prologue == "mean_rmsnorm" else (name,)
-    if spec.epilogue == "hc_post":
-        names += (f"{name}_y", *hc_post.kernel_names(f"{name}_post"))
-    return names
+    return names + ((f"{name}_y", f"{name}_post") if spec.epilogue == "hc_post" else ())
 
 
 def split_spec(spec: MatmulSpec) -> MatmulSpec:
@@ -451,12 +449,11 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
 def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
            rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
            comb: torch.Tensor | None = None, h: torch.Tensor | None = None,
-           y: torch.Tensor | None = None, feed: hc_post.Feed | None = None) -> None:
+           y: torch.Tensor | None = None) -> None:
     """Run the kernels of `source(..., spec)` (those of kernel_names, loaded, in order) on the
     first `rows` rows of the operands. mean_rmsnorm: h is the scratch of `scratch(...)` (at least
     `rows` rows); the norm kernel fills h[:rows], then the GEMM reads it as its x. hc_post: y
-    is `scratch_y(...)`'s, needed when rows > SPLIT_ROWS; feed: the next site's projection
-    from the apart hc_post (hc_post.launch; only a step that runs it apart)."""
+    is `scratch_y(...)`'s, needed when rows > SPLIT_ROWS."""
     _check(spec, x, w, out, stream, post, comb, h)
     assert len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names"
     if rows <= 0:
@@ -469,10 +466,9 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
     if spec.epilogue == "hc_post" and rows > SPLIT_ROWS:
         assert y is not None and y.shape[0] >= rows and y.shape[1] == spec.n_out, \
             f"a {rows}-row hc_post step needs y [>= {rows}, {spec.n_out}] (scratch_y)"
-        launch_gemm(kernels[-3], split_spec(spec), x=x, w=w, out=y, rows=rows)
-        hc_post.launch(kernels[-2:], hc_post.HCPostSpec(spec.hc, spec.n_out), f=y, x=stream,
-                       post=post, comb=comb, out=out, rows=rows, feed=feed)
+        launch_gemm(kernels[-2], split_spec(spec), x=x, w=w, out=y, rows=rows)
+        hc_post.launch(kernels[-1], hc_post.HCPostSpec(spec.hc, spec.n_out), f=y, x=stream,
+                       post=post, comb=comb, out=out, rows=rows)
         return
-    assert feed is None, f"a {rows}-row step runs hc_post in the GEMM's epilogue: no feed"
     launch_gemm(gemm, gemm_spec(spec), x=x, w=w, out=out, rows=rows, stream=stream,
                 post=post, comb=comb)
