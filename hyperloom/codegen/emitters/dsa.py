@@ -37,8 +37,9 @@ from hyperloom.config import CONFIG
 BP = 64  # pools per score program
 # scores per iteration of the selection passes, by the launch's pool count: on the H200 at
 # 32768 pools 115.6 us at 4096 (8 warps), 141.3 at 2048, 162.2 at 1024, 16 warps no faster; at
-# 8192 pools 31.4 us at 4096, 43.3 at 1024; at 1024 pools 8.4 us at 1024, 16.9 at 4096
-SELECT_BLOCK, SMALL_BLOCK = 4096, 1024
+# 8192 pools 31.4 us at 4096, 43.3 at 1024; at 1024 pools 8.4 us at 1024, 16.9 at 4096. A cache a
+# little past a power of two (4160 tokens: 1040 pools) keeps the small block: up to SMALL_POOLS
+SELECT_BLOCK, SMALL_BLOCK, SMALL_POOLS = 4096, 1024, 2048
 WARPS, SELECT_WARPS = 4, 8  # a row's selection is one program: give it more threads
 
 
@@ -275,7 +276,7 @@ def select(kernel, spec: DSASpec, *, scores: torch.Tensor, slot: torch.Tensor,
           f"DSA index: int32 [rows, {spec.width}], got {out.dtype} {tuple(out.shape)}")
     _need(scores.shape[0] >= rows and scores.shape[1] >= pools and scores.stride(1) == 1,
           "DSA score scratch does not fit")
-    block = SMALL_BLOCK if pools <= SMALL_BLOCK else SELECT_BLOCK  # fixed by the cache capacity
+    block = SMALL_BLOCK if pools <= SMALL_POOLS else SELECT_BLOCK  # fixed by the cache capacity
     kernel[(rows,)](scores, slot, pos, out, scores.stride(0), out.stride(0), pools,
                     BLOCK=block, num_warps=SELECT_WARPS)
 
