@@ -164,8 +164,9 @@ class _Keys:
     rows: tuple[str, str]  # k, v row offsets of keys kp [BLOCK_N, 1]
 
 
-def _keys(spec: AttentionSpec, ind: str, block_n: int) -> _Keys:
-    """The pieces for a key loop of block_n keys a step whose head is indented by `ind`."""
+def _keys(spec: AttentionSpec, ind: str, block_n: int, ahead: bool = False) -> _Keys:
+    """The pieces for a key loop of block_n keys a step whose head is indented by `ind`;
+    `ahead` (a loop over lo..hi, lo < hi): a page's table entry is read one step early."""
     if not spec.block_size:
         return _Keys(("cur * kc_s0 + ", "cur * vc_s0 + "), "", "",
                      ("kp[:, None] * kc_s1", "kp[:, None] * vc_s1"))
@@ -173,9 +174,16 @@ def _keys(spec: AttentionSpec, ind: str, block_n: int) -> _Keys:
         # a key block starts at a multiple of BLOCK_N, so it lies in one page: one table read
         # per block and contiguous rows, which load as vectors and pipeline like a contiguous
         # cache's (a table read per key row cost 40 us a layer at 32K keys on the H200)
-        gather = (f"{ind}    blk = tl.load(bt_row + start // PAGE).to(tl.int64)\n"
-                  f"{ind}    kr = blk * kc_s0 + (start % PAGE + n) * kc_s1\n"
-                  f"{ind}    vr = blk * vc_s0 + (start % PAGE + n) * vc_s1\n")
+        rows = (f"{ind}    kr = blk * kc_s0 + (start % PAGE + n) * kc_s1\n"
+                f"{ind}    vr = blk * vc_s0 + (start % PAGE + n) * vc_s1\n")
+        if ahead:  # the next block's entry loads while this block's keys do
+            table = (f"{ind}bt_row = bt_ptr + cur * bt_s0\n"
+                     f"{ind}blk_next = tl.load(bt_row + lo // PAGE)\n")
+            gather = (f"{ind}    blk = blk_next.to(tl.int64)\n"
+                      f"{ind}    blk_next = tl.load(bt_row + tl.minimum(start + BLOCK_N, hi - 1)"
+                      " // PAGE)\n")
+            return _Keys(("", ""), table, gather + rows, ("kr[:, None]", "vr[:, None]"))
+        gather = f"{ind}    blk = tl.load(bt_row + start // PAGE).to(tl.int64)\n" + rows
     else:
         # key kp -> row kp % PAGE of pool block blk (int64 offsets); keys past hi stay masked,
         # so the table is read only for blocks 0..pos // PAGE, which the host allocated
@@ -274,7 +282,7 @@ def _split_source(name: str, spec: AttentionSpec) -> str:
     up = _upcast()
     loop_head, loop_tail = runtime_loop("start", "lo", "hi", "BLOCK_N", " " * 4)
     table, page = _paged_args(spec)
-    keys = _keys(spec, " " * 4, SPLIT_N)
+    keys = _keys(spec, " " * 4, SPLIT_N, ahead=True)
     g = spec.heads // spec.kv_heads
     gp, dp = tiling(spec, 1)[1], max(16, triton.next_power_of_2(spec.head_dim))
     return f'''
