@@ -22,8 +22,8 @@ class Config:
     prefill_chunk: int = field(default=256, metadata={"help": "rows per prefill step (arena rows)"})
     kv_block_size: int = field(default=0, metadata={"help": "tokens per KV-cache block, a power "
                                                     "of two >= 16 (0: one contiguous cache per "
-                                                    "slot, the default while paged decode at 32K "
-                                                    "is 9% slower on the H200: BENCHMARKS.md)"})
+                                                    "slot, the default until the GPU suite runs "
+                                                    "paged; 64: 1.8% slower at 32K, BENCHMARKS)"})
     kv_blocks: int = field(default=0, metadata={"help": "KV-cache blocks in the pool (0: enough "
                                                 "for every slot at full length)"})
     dump_dir: str = field(default_factory=lambda: _env("HYPERLOOM_DUMP_DIR", ""),
