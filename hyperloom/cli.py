@@ -390,11 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
-        knobs(args.set)
+        sets = knobs(args.set)
     except ValueError as e:
         p.error(str(e))
     try:
-        with overrides(**knobs(args.set)):
+        with overrides(**sets):
             args.fn(args)
     except HyperloomError as e:
         print(f"error: {e}", file=sys.stderr)

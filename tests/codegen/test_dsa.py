@@ -214,8 +214,8 @@ def stable_topk(scores: torch.Tensor, k: int) -> list[int]:
     return sorted(order[:k].tolist())
 
 
-@pytest.mark.parametrize("n", [0, 3, 16, 17, 300, 1500, 2500, 9000])  # 1500: 2 SMALL_BLOCKs;
-# 9000: 3 SELECT_BLOCKs
+# 1500: two SMALL_BLOCKs (up to SMALL_POOLS); 9000: three SELECT_BLOCKs
+@pytest.mark.parametrize("n", [0, 3, 16, 17, 300, 1500, 2500, 9000])
 def test_radix_select_equals_a_stable_topk(n: int) -> None:
     spec = DSASpec(4, 16, 64, 4, True)
     kernel = load(dsa_emitter.source("ix", spec), "ix", "cpu")

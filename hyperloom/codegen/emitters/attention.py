@@ -170,20 +170,20 @@ def _keys(spec: AttentionSpec, ind: str, block_n: int, ahead: bool = False) -> _
     if not spec.block_size:
         return _Keys(("cur * kc_s0 + ", "cur * vc_s0 + "), "", "",
                      ("kp[:, None] * kc_s1", "kp[:, None] * vc_s1"))
+    table = f"{ind}bt_row = bt_ptr + cur * bt_s0\n"
     if spec.block_size >= block_n:
         # a key block starts at a multiple of BLOCK_N, so it lies in one page: one table read
         # per block and contiguous rows, which load as vectors and pipeline like a contiguous
         # cache's (a table read per key row cost 40 us a layer at 32K keys on the H200)
-        rows = (f"{ind}    kr = blk * kc_s0 + (start % PAGE + n) * kc_s1\n"
-                f"{ind}    vr = blk * vc_s0 + (start % PAGE + n) * vc_s1\n")
         if ahead:  # the next block's entry loads while this block's keys do
-            table = (f"{ind}bt_row = bt_ptr + cur * bt_s0\n"
-                     f"{ind}blk_next = tl.load(bt_row + lo // PAGE)\n")
+            table += f"{ind}blk_next = tl.load(bt_row + lo // PAGE)\n"
             gather = (f"{ind}    blk = blk_next.to(tl.int64)\n"
                       f"{ind}    blk_next = tl.load(bt_row + tl.minimum(start + BLOCK_N, hi - 1)"
                       " // PAGE)\n")
-            return _Keys(("", ""), table, gather + rows, ("kr[:, None]", "vr[:, None]"))
-        gather = f"{ind}    blk = tl.load(bt_row + start // PAGE).to(tl.int64)\n" + rows
+        else:
+            gather = f"{ind}    blk = tl.load(bt_row + start // PAGE).to(tl.int64)\n"
+        gather += (f"{ind}    kr = blk * kc_s0 + (start % PAGE + n) * kc_s1\n"
+                   f"{ind}    vr = blk * vc_s0 + (start % PAGE + n) * vc_s1\n")
     else:
         # key kp -> row kp % PAGE of pool block blk (int64 offsets); keys past hi stay masked,
         # so the table is read only for blocks 0..pos // PAGE, which the host allocated
@@ -191,8 +191,7 @@ def _keys(spec: AttentionSpec, ind: str, block_n: int, ahead: bool = False) -> _
                   ".to(tl.int64)\n"
                   f"{ind}    kr = blk * kc_s0 + (kp % PAGE) * kc_s1\n"
                   f"{ind}    vr = blk * vc_s0 + (kp % PAGE) * vc_s1\n")
-    return _Keys(("", ""), f"{ind}bt_row = bt_ptr + cur * bt_s0\n", gather,
-                 ("kr[:, None]", "vr[:, None]"))
+    return _Keys(("", ""), table, gather, ("kr[:, None]", "vr[:, None]"))
 
 
 def _key_loop(keys: _Keys, lo: str, hi: str, causal: bool) -> str:
