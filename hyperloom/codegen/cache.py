@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import triton
 
+from hyperloom.codegen.emitters.text import PDL_WAIT
 from hyperloom.config import CONFIG
 
 _LOADED: dict[str, object] = {}
@@ -71,5 +72,29 @@ def load(source: str, name: str, device: torch.device | str, base: str | None = 
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     spec.loader.exec_module(module)
-    _LOADED[mod_name] = getattr(module, name)
+    kernel = getattr(module, name)
+    _LOADED[mod_name] = EarlyLaunch(kernel) if PDL_WAIT in _body(source, name) else kernel
     return _LOADED[mod_name]
+
+
+def _body(source: str, name: str) -> str:
+    """The text of function `name` in `source`, up to the next decorated function."""
+    start = source.index(f"def {name}(")
+    end = source.find("\n@", start)
+    return source[start:] if end < 0 else source[start:end]
+
+
+class EarlyLaunch:
+    """A kernel whose body waits for its predecessor grid (`text.pdl`): every launch carries
+    the programmatic-dependent-launch attribute, so it starts while that grid still runs.
+    Only a kernel that waits gets it: the attribute on one that does not would race."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        run = self.kernel[grid]
+        return lambda *args, **kwargs: run(*args, launch_pdl=True, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.kernel, name)

@@ -38,7 +38,7 @@ import torch
 import triton
 
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import comment
+from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
 
 BLOCK_N = 64  # keys per iteration
@@ -120,7 +120,7 @@ def {name}(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_p
         HP: tl.constexpr = {triton.next_power_of_2(spec.heads)},
         HKVP: tl.constexpr = {triton.next_power_of_2(spec.kv_heads)},
         HALFP: tl.constexpr = {halfp}, ROPE: tl.constexpr = {spec.rope}{page}):
-    row = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    row = tl.program_id(0).to(tl.int64)
     p = tl.load(pos_ptr + row)
     s = tl.load(slot_ptr + row)
     c = tl.arange(0, HALFP)
@@ -231,7 +231,7 @@ def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
         DP: tl.constexpr = {max(16, triton.next_power_of_2(spec.head_dim))},
         BLOCK_N: tl.constexpr = {BLOCK_N}, QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
     BM: tl.constexpr = BLOCK_M * GP
-    kvh = tl.program_id(1)
+{pdl("    ")}    kvh = tl.program_id(1)
     i = tl.arange(0, BM)
     r = tl.program_id(0) * BLOCK_M + i // GP  # query row i -> (step row r, group head g)
     g = i % GP
@@ -292,7 +292,7 @@ def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr, ml_ptr, cnt
         G: tl.constexpr = {g}, GP: tl.constexpr = {gp},
         HD: tl.constexpr = {spec.head_dim}, DP: tl.constexpr = {dp},
         BLOCK_N: tl.constexpr = {SPLIT_N}, QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
-    r = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
     splits = tl.num_programs(2)

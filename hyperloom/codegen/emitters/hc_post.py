@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from hyperloom.codegen.emitters.text import comment
+from hyperloom.codegen.emitters.text import comment, pdl
 
 BLOCK_D = 1024  # columns per program: [n, 1024] fp32 new streams, 32 registers a thread
 WARPS = 4
@@ -44,7 +44,7 @@ def {name}(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf, sx_row, sx_i, spost, sco
         scomb_i, so_row, so_i, N: tl.constexpr = {spec.n},
         NP: tl.constexpr = {triton.next_power_of_2(spec.n)}, D: tl.constexpr = {spec.d},
         BLOCK_D: tl.constexpr = {_block(spec)}):
-    r = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     cm = c < D
     jj = tl.arange(0, NP)

@@ -33,7 +33,7 @@ import torch
 import triton
 
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import comment, wrap
+from hyperloom.codegen.emitters.text import comment, pdl, wrap
 from hyperloom.config import CONFIG
 
 BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >= 16
@@ -316,10 +316,11 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     wide = wrap("    _partials(", wide_args, ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
+    wait = pdl("    ")
     return f'''
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {fused}(", _SIG + ["count_ptr"] + consts + out_eps, "):", 8)}
-{partials}
+{wait}{partials}
     # every thread's partials are written before the ticket; the last ticket finishes the block
     tl.debug_barrier()
     ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
@@ -332,21 +333,21 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {proj}(", params + ["SQ: tl.constexpr = False"], "):", 8)}
-{wide}
+{wait}{wide}
 
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {finish}(", params, "):", 8)}
-{wrap("    _finish_row(", ["tl.program_id(0)"] + row_args, ")", 16)}
+{wait}{wrap("    _finish_row(", ["tl.program_id(0)"] + row_args, ")", 16)}
 
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {gates}(", params, "):", 8)}
-{_indent(_gates_body(), 4)}
+{wait}{_indent(_gates_body(), 4)}
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {apply}(", params, "):", 8)}
-{_indent(_apply_body(spec), 4)}'''
+{wait}{_indent(_apply_body(spec), 4)}'''
 
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:

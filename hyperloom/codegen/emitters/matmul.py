@@ -38,7 +38,7 @@ import torch
 import triton
 
 from hyperloom.codegen.emitters import hc_post
-from hyperloom.codegen.emitters.text import wrap
+from hyperloom.codegen.emitters.text import pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.passes.kernel_plan import APART_ROWS
 
@@ -287,7 +287,8 @@ def _norm_kernel(name: str, spec: MatmulSpec) -> list[str]:
     m = mean_i x[t, i], in h's dtype. Two passes over the row: sum(m^2) (accumulated elementwise,
     reduced once), then scale and store (the second pass reads x from cache: the first pass
     asks L2 to keep the row, the second lets it go)."""
-    body = ["t = tl.program_id(0).to(tl.int64)  # row offsets of big activations overflow int32",
+    body = [*pdl("").splitlines(),
+            "t = tl.program_id(0).to(tl.int64)  # row offsets of big activations overflow int32",
             "x_row = x_ptr + t * sx_t", "h_row = h_ptr + t * sh_t", "rk = tl.arange(0, BLOCK_K)",
             "sq2 = tl.zeros([BLOCK_K], dtype=tl.float32)",
             f"for k0 in range(0, {spec.k}, BLOCK_K):"]
@@ -300,8 +301,25 @@ def _norm_kernel(name: str, spec: MatmulSpec) -> list[str]:
         + _indent(body)
 
 
+def _prefetch(spec: MatmulSpec) -> str:
+    """GEMV: while the kernel waits for its predecessor (`text.pdl`), L2 prefetches of the
+    first bytes of each of the program's weight rows (its whole slice while the launch's share
+    of CONFIG.gemv_prefetch_bytes allows; bf16 sizes: an fp32 weight gets half as many of its
+    values)."""
+    size = min(spec.k * 2, CONFIG.gemv_prefetch_bytes // spec.n // 256 * 256)
+    if size < 256:
+        return ""
+    asm = f'"cp.async.bulk.prefetch.L2.global [$1], {size}; // $0"'
+    lines = ["if GEMV:", f"    rw = tl.minimum(rn, {spec.n_out - 1}).to(tl.int64) * {spec.k}"]
+    for _, off in _weights(spec):
+        lines += [f"    tl.inline_asm_elementwise({asm},",
+                  f'                              "=r,l", [w_ptr + rw{off}], dtype=tl.int32, '
+                  'is_pure=False, pack=1)']
+    return "\n".join(lines)
+
+
 def _gemm_kernel(name: str, spec: MatmulSpec) -> list[str]:
-    body = _setup(spec) + _loop(spec) + _epilogue(spec)
+    body = _setup(spec) + pdl("", _prefetch(spec)).splitlines() + _loop(spec) + _epilogue(spec)
     return _signature(name, spec) + _indent(body)
 
 

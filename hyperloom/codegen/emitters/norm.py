@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from hyperloom.codegen.emitters.text import comment
+from hyperloom.codegen.emitters.text import comment, pdl
 
 KINDS = ("rmsnorm", "gated_rmsnorm", "layernorm")
 REGS_PER_THREAD = 16  # fp32 values of the group each thread holds
@@ -62,7 +62,7 @@ import triton.language as tl
 def {name}(x_ptr, g_ptr, w_ptr, b_ptr, o_ptr, sx, sg, so, G: tl.constexpr = {spec.group},
         BLOCK: tl.constexpr = {triton.next_power_of_2(spec.group)},
         EPS: tl.constexpr = {spec.eps!r}):
-    r = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     c = tl.arange(0, BLOCK)
     m = c < G
     col = tl.program_id(1) * G + c

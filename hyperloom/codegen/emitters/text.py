@@ -2,6 +2,25 @@
 
 from __future__ import annotations
 
+from hyperloom.config import CONFIG
+
+# Programmatic dependent launch: a kernel whose body calls gdc_wait() before it touches any
+# activation (every load and store that another kernel's grid may write or read) is launched
+# early, while its predecessor still runs (`cache.load` gives it the launch attribute); it
+# lets its own successor launch once it passed the wait, so at most one grid waits ahead.
+PDL_WAIT = "tl.extra.cuda.gdc_wait()"
+
+
+def pdl(indent: str, before: str = "") -> str:
+    """The lines that open a kernel body: `before` (work on constant inputs only, such as a
+    weight prefetch), then the wait for the predecessor grid and the early launch of the
+    successor. Empty under the interpreter (no PTX) or with CONFIG.pdl off."""
+    if CONFIG.interpret or not CONFIG.pdl:
+        return ""
+    lines = [*before.splitlines(), PDL_WAIT + "  # the previous grid's writes are visible",
+             "tl.extra.cuda.gdc_launch_dependents()"]
+    return "".join(f"{indent}{line}\n" for line in lines)
+
 
 def comment(header: str) -> str:
     """The kernel header as leading comment lines (the cache strips them: `cache.canonical`)."""

@@ -31,6 +31,8 @@ def k03_rope_attention_l0_self_attn_rope_kv(q_ptr, k_ptr, v_ptr, pos_ptr, slot_p
         HP: tl.constexpr = 4,
         HKVP: tl.constexpr = 2,
         HALFP: tl.constexpr = 8, ROPE: tl.constexpr = True):
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     p = tl.load(pos_ptr + row)
     s = tl.load(slot_ptr + row)
@@ -68,6 +70,8 @@ def k03_rope_attention_l0_self_attn(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_
         DP: tl.constexpr = 16,
         BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085):
     BM: tl.constexpr = BLOCK_M * GP
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    tl.extra.cuda.gdc_launch_dependents()
     kvh = tl.program_id(1)
     i = tl.arange(0, BM)
     r = tl.program_id(0) * BLOCK_M + i // GP  # query row i -> (step row r, group head g)
@@ -162,6 +166,8 @@ def k03_rope_attention_l0_self_attn_split(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_p
         G: tl.constexpr = 2, GP: tl.constexpr = 16,
         HD: tl.constexpr = 16, DP: tl.constexpr = 16,
         BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085):
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    tl.extra.cuda.gdc_launch_dependents()
     r = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)

@@ -1,0 +1,94 @@
+"""Programmatic dependent launch: a kernel launched early must wait for its predecessor grid
+before it touches any activation, and only a kernel that waits may be launched early."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import hyperloom
+from hyperloom.codegen import cache
+from hyperloom.codegen.compilation import compile_graph
+from hyperloom.codegen.emitters.text import PDL_WAIT
+from hyperloom.config import overrides
+
+# what a kernel may do before its wait: index math, and L2 prefetches of constant weights
+TOUCHES = re.compile(r"tl\.(load|store|atomic_\w+)\(|\b_\w+\(")
+
+
+def _kernels(source: str) -> dict[str, list[str]]:
+    """Every @triton.jit function of a module: name -> its body lines (after the signature)."""
+    out: dict[str, list[str]] = {}
+    for chunk in source.split("@triton.jit")[1:]:
+        lines = chunk.splitlines()
+        name = re.search(r"def (\w+)\(", chunk)[1]
+        start = next(i for i, line in enumerate(lines) if line.rstrip().endswith("):"))
+        out[name] = [line for line in lines[start + 1:] if line.startswith("    ")]
+    return out
+
+
+def _sources(**knobs) -> dict[str, str]:
+    with overrides(interpret=False, **knobs):  # the GPU form of the sources
+        return compile_graph(hyperloom.build("llama", "tiny-hc").main, 64).sources
+
+
+@pytest.mark.parametrize("block", [0, 16])
+def test_every_launched_kernel_waits_before_it_touches_memory(block):
+    waiting = 0
+    for entry, source in _sources(kv_block_size=block).items():
+        for name, body in _kernels(source).items():
+            if name.startswith("_"):  # helpers run inside a kernel, after its wait
+                assert not any(PDL_WAIT in line for line in body), name
+                continue
+            at = next(i for i, line in enumerate(body) if PDL_WAIT in line)
+            early = [line for line in body[:at] if TOUCHES.search(line)]
+            assert all("prefetch.L2" in line for line in early), (entry, name, early)
+            assert "gdc_launch_dependents()" in body[at + 1], (entry, name)
+            waiting += 1
+    assert waiting >= 12  # embed, hc_pre x5, GEMMs, rope + attention kernels, hc_post, norm
+
+
+def test_prefetch_covers_the_programs_weight_rows_within_the_budget():
+    src = _sources(gemv_prefetch_bytes=1 << 20)
+    down = next(s for n, s in src.items() if n.endswith("_down"))
+    # tiny-hc down: 64 rows of 128 bf16 weights: 256 bytes a row fit the budget
+    assert "prefetch.L2.global [$1], 256;" in down and "tl.minimum(rn, 63)" in down
+    none = _sources(gemv_prefetch_bytes=0)
+    assert not any("prefetch" in s for s in none.values())
+    assert all(PDL_WAIT in s for s in none.values() if "def " in s)
+
+
+@pytest.mark.parametrize("knobs", [{"pdl": False}, {"pdl": True, "interpret": True}])
+def test_no_wait_without_pdl_or_on_the_interpreter(knobs):
+    with overrides(**knobs):
+        src = compile_graph(hyperloom.build("llama", "tiny-hc").main, 64).sources
+    assert not any("gdc_" in s or "prefetch" in s for s in src.values())
+
+
+class _Kernel:
+    """A stand-in JIT function recording its launches."""
+
+    def __init__(self, src: str) -> None:
+        self.src, self.calls = src, []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
+
+
+def test_early_launch_adds_the_attribute_and_forwards_everything_else():
+    k = _Kernel(f"def f(x):\n    {PDL_WAIT}\n")
+    early = cache.EarlyLaunch(k)
+    early[(3, 1)](1, 2, num_warps=4)
+    assert k.calls == [((3, 1), (1, 2), {"num_warps": 4, "launch_pdl": True})]
+    assert early.src is k.src
+
+
+def test_the_loader_launches_early_exactly_the_kernels_that_wait(tmp_path):
+    waits = f"import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef kw(x):\n" \
+            f"    {PDL_WAIT}\n    tl.store(x, 1)\n"
+    plain = "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef kp(x):\n" \
+            "    tl.store(x, 1)\n"
+    with overrides(kernel_cache_dir=str(tmp_path)):
+        assert isinstance(cache.load(waits, "kw", "cpu"), cache.EarlyLaunch)
+        assert not isinstance(cache.load(plain, "kp", "cpu"), cache.EarlyLaunch)
