@@ -26,12 +26,9 @@ class Config:
                                                     "paged; 64: 1.8% slower at 32K, BENCHMARKS)"})
     kv_blocks: int = field(default=0, metadata={"help": "KV-cache blocks in the pool (0: enough "
                                                 "for every slot at full length)"})
-    pdl: bool = field(default=True, metadata={"help": "kernels that wait on their predecessor "
-                                               "(griddepcontrol) launch early on the GPU "
-                                               "(programmatic dependent launch, sm_90+)"})
-    gemv_prefetch_bytes: int = field(default=16 << 20, metadata={
-        "help": "weight bytes a GEMV launch asks L2 for while it waits on its predecessor "
-                "(with pdl; 0: none)"})
+    pdl: bool = field(default=True, metadata={"help": "kernels wait on their predecessor grid "
+                                               "(griddepcontrol) and launch as its programs "
+                                               "exit (programmatic dependent launch, sm_90+)"})
     dump_dir: str = field(default_factory=lambda: _env("HYPERLOOM_DUMP_DIR", ""),
                           metadata={"help": "write IR / plan / kernel dumps of every compile here"})
     kernel_cache_dir: str = field(

@@ -121,8 +121,8 @@ class Bench:
         name = f"decode b{batch} ctx{ctx}"
         err = _check_rows(ours, base(tok_d, pos)[0], self.tol, name)
         r = Result(name, decode_bytes(self.model, ctx, batch), "bytes",
-                   median_seconds(replay, self.device), kernels=_launches(eng, batch), rel_err=err,
-                   batch=batch, ctx=ctx)
+                   median_seconds(replay, self.device), kernels=_launches(eng, batch, True),
+                   rel_err=err, batch=batch, ctx=ctx)
         self._profile(r, replay)
         r.baselines_s["eager"] = median_seconds(lambda: base(tok_d, pos), self.device)
         if self.compile_modes:
@@ -203,8 +203,8 @@ def _fill(base, prompts: torch.Tensor, chunk: int, device: torch.device) -> None
         base(ids.flatten().to(device), pos.flatten().to(device))
 
 
-def _launches(eng, rows: int) -> int:
-    return eng.programs["main"].plan.launches(rows)
+def _launches(eng, rows: int, decode: bool = False) -> int:
+    return eng.programs["main"].plan.launches(rows, decode)
 
 
 def _nbytes(graph: Graph, skip: tuple[str, ...] = ()) -> int:

@@ -27,7 +27,7 @@ EMITTER_OF: dict[Op, str] = {
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
 APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of its own
-LAUNCHES = {"attention": (2, 2), "hc_pre": (1, 2),  # (narrow step, wide step)
+LAUNCHES = {"attention": (1, 2), "hc_pre": (1, 2),  # (narrow step, wide step)
             "moe_router": (2, 2), "moe_experts": (4, 5),  # 5: over 1024 (row, expert) pairs
             "dsa": (3, 3), "mla": (3, 3)}
 GRIDS = {
@@ -35,7 +35,7 @@ GRIDS = {
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
     "hc_pre": "(cdiv(R, BT), splits) [; finish (R,)]",
     "hc_post": "(R, cdiv(D, BD))",
-    "attention": "rope_kv (R,) ; split (R, kv_heads, S) or attend",
+    "attention": "decode: split (R, kv_heads, S) | rope_kv (R,) ; attend",
     "kda": "(R, heads, d / BV) | prefill: (1,) ; (chunks, heads) ; (d / BV, heads, runs)",
     "kda_conv": "(R, 3 * cdiv(C, BC))",
     "kda_gate": "(R, cdiv(W, BW))",
@@ -58,9 +58,11 @@ class KernelEntry:
     launches: int = 1  # kernel launches of a narrow step
     wide_launches: int = 1  # and of a wider one (prefill)
     wide_from: int = NARROW_ROWS  # the most rows a step of `launches` launches has
+    batched: bool = False  # a decode step of any width (one row a sequence) is narrow
 
-    def launches_at(self, rows: int) -> int:
-        return self.wide_launches if rows > self.wide_from else self.launches
+    def launches_at(self, rows: int, decode: bool = False) -> int:
+        narrow = rows <= self.wide_from or (decode and self.batched)
+        return self.launches if narrow else self.wide_launches
 
     def line(self) -> str:
         return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
@@ -76,9 +78,9 @@ class KernelPlan:
     def fallbacks(self) -> tuple[KernelEntry, ...]:
         return tuple(k for k in self.kernels if k.emitter == INTERPRETER)
 
-    def launches(self, rows: int) -> int:
-        """Kernel launches of a step of `rows` rows."""
-        return sum(k.launches_at(rows) for k in self.kernels)
+    def launches(self, rows: int, decode: bool = False) -> int:
+        """Kernel launches of a step of `rows` rows (`decode`: one row a sequence)."""
+        return sum(k.launches_at(rows, decode) for k in self.kernels)
 
     def text(self, detail: bool = False) -> str:
         lines = [f"kernel plan of {self.graph}: {len(self.kernels)} entries, {self.launches(1)} "
@@ -115,8 +117,8 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[int, int, int]:
     """(narrow, wide) step launches and the most rows of a narrow step. A normed projection of
     the [T, n, K] streams (the LM head after hc_head_mean) runs a stream-mean norm kernel before
     its GEMM; a GEMM with the hc_post epilogue runs hc_post apart above APART_ROWS rows;
-    attention runs RoPE + KV write, then split-KV decode or attend; hc_pre finishes a wide
-    step's rows in a second kernel."""
+    attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write, then attend;
+    hc_pre finishes a wide step's rows in a second kernel."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
         return 2, 2, NARROW_ROWS
@@ -133,5 +135,6 @@ def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
         binds = tuple(_where(a, arena) for a in node.args + node.outs)
         if node.state:
             binds += (f"${node.state}.* -> state pool",)
-        kernels.append(KernelEntry(name, emitter, node, binds, *_launches(node, emitter, types)))
+        kernels.append(KernelEntry(name, emitter, node, binds, *_launches(node, emitter, types),
+                                   batched=emitter == "attention"))
     return KernelPlan(graph.name, tuple(kernels))

@@ -140,9 +140,11 @@ class Step:
         return part
 
     def run_split(self, kernel, part: tuple[torch.Tensor, ...]) -> None:
-        launch_split(kernel, self.spec, q=self.q_out, k_cache=self.k_cache,
-                     v_cache=self.v_cache, pos=self.pos, slot=self.slot, o=self.o,
-                     rows=self.rows, part=part, block_table=self.table)
+        """RoPE, KV write and attention in the split kernel alone (q_out stays NaN)."""
+        inv_freq = dense.rope_inv_freq(self.rope, torch.float32).to(self.device)
+        launch_split(kernel, self.spec, q=self.q, k=self.k, v=self.v, inv_freq=inv_freq,
+                     k_cache=self.k_cache, v_cache=self.v_cache, pos=self.pos, slot=self.slot,
+                     o=self.o, rows=self.rows, part=part, block_table=self.table)
         assert not part[2].any(), "ticket counters not reset"
 
     def locate(self, slot: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,19 +195,24 @@ class Step:
             close(got[at].float(), want[slot, pos].float(), f"{what} written")
             assert same(got[~written], old[~written]), f"{what} cache touched elsewhere"
 
-    def check_cpu(self, seq_rows: int, part: tuple | None = None) -> None:
-        """part (scratch): attention through the split-KV decode kernels."""
+    def run(self, seq_rows: int, part: tuple | None) -> None:
+        """part (scratch): the split-KV decode kernel alone; else rope_kv, then attend."""
         rope_kv, attend, split = self.kernels()
-        self.run_rope_kv(rope_kv)
-        q, o, k_cache, v_cache = self.reference(torch.float64)
-        # caches first: every prior entry kept, the live rows' RoPE(k) and v written
-        self.check_caches(k_cache, v_cache,
-                          lambda got, want, what: assert_close(got, want, torch.float32, what))
-        assert_close(self.q_out[: self.rows][self.live], q, torch.float32, "roped q")
         if part:
             self.run_split(split, part)
-        else:
-            self.run_attend(attend, seq_rows)
+            assert self.q_out.isnan().all(), "split-KV decode must not write q_out"
+            return
+        self.run_rope_kv(rope_kv)
+        self.run_attend(attend, seq_rows)
+
+    def check_cpu(self, seq_rows: int, part: tuple | None = None) -> None:
+        self.run(seq_rows, part)
+        q, o, k_cache, v_cache = self.reference(torch.float64)
+        # every prior cache entry kept, the live rows' RoPE(k) and v written
+        self.check_caches(k_cache, v_cache,
+                          lambda got, want, what: assert_close(got, want, torch.float32, what))
+        if not part:
+            assert_close(self.q_out[: self.rows][self.live], q, torch.float32, "roped q")
         assert_close(self.o[: self.rows][self.live], o, torch.float32, "attention")
         assert (self.o[: self.rows][~self.live] == 0).all(), "padding rows must write zeros"
         assert self.o[self.rows:].isnan().all() and self.q_out[self.rows:].isnan().all()
@@ -343,13 +350,17 @@ def test_paged_arguments_are_checked() -> None:
 SPLIT_SLOTS, SPLIT_POS = [3, 0, -1, 2, 1], [0, 63, 5, 199, 299]
 
 
-@pytest.mark.parametrize("gqa,block_size,max_splits", [
-    (GQA[0], 0, 4), (GQA[2], 0, 4), (GQA[1], 16, 4), (GQA[2], 32, 4),
-    (GQA[1], 0, 1),  # one split: the whole context in one program
-    (GQA[1], 32, 32),  # 5 splits (capacity 300): 64-key chunks
+@pytest.mark.parametrize("gqa,block_size,max_splits,rope", [
+    (GQA[0], 0, 4, True), (GQA[2], 0, 4, True), (GQA[1], 16, 4, True), (GQA[2], 32, 4, True),
+    (GQA[1], 0, 1, True),  # one split: the whole context in one program
+    (GQA[1], 32, 32, True),  # 5 splits (capacity 300): 64-key chunks
+    (GQA[2], 64, 4, False),  # no RoPE: q and k pass through
 ])
-def test_split_decode(gqa: tuple[int, int, int], block_size: int, max_splits: int) -> None:
-    step = Step(spec_for(*gqa, block_size=block_size), SPLIT_SLOTS, SPLIT_POS, slots=4,
+def test_split_decode(gqa: tuple[int, int, int], block_size: int, max_splits: int,
+                      rope: bool) -> None:
+    # the split kernel alone rotates q and k and writes the row's key and value: the split
+    # holding the row's position reads them back in its own key loop
+    step = Step(spec_for(*gqa, rope, block_size), SPLIT_SLOTS, SPLIT_POS, slots=4,
                 capacity=300, seed=block_size + max_splits + gqa[0])
     assert splits(300, max_splits) == min(max_splits, 5)
     step.check_cpu(seq_rows=1, part=step.scratch(max_splits))
@@ -390,16 +401,12 @@ def test_launch_splits_only_decode(seq_rows: int) -> None:
 
 
 def check_gpu(step: Step, seq_rows: int, part: tuple | None = None) -> None:
-    rope_kv, attend, split = step.kernels()
-    step.run_rope_kv(rope_kv)
-    if part:
-        step.run_split(split, part)
-    else:
-        step.run_attend(attend, seq_rows)
+    step.run(seq_rows, part)
     torch.cuda.synchronize()
     q, o, k_cache, v_cache = step.reference(torch.float32)
     live = step.live
-    assert_rel(step.q_out[: step.rows][live].float(), q, 1e-2, "roped q")
+    if not part:
+        assert_rel(step.q_out[: step.rows][live].float(), q, 1e-2, "roped q")
     step.check_caches(k_cache, v_cache, lambda got, want, what: assert_rel(got, want, 1e-2, what))
     assert_rel(step.o[: step.rows][live].float(), o, 1e-2, "attention")
     assert (step.o[: step.rows][~live] == 0).all()

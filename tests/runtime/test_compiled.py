@@ -175,7 +175,7 @@ def test_decode_kernels_per_mhc_layer(config):
         layer = re.search(r"layers\.(\d+)\.", " ".join(k.node.args + (k.node.state or "",)))
         if layer:
             per_layer[layer[1]] = per_layer.get(layer[1], 0) + k.launches
-    assert per_layer and max(per_layer.values()) <= 8, per_layer
+    assert per_layer and max(per_layer.values()) <= 7, per_layer  # RoPE inside attention
     assert not comp.plan.fallbacks, layers
 
 

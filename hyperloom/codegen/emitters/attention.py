@@ -277,20 +277,45 @@ def _chunk(n_keys, splits, BLOCK_N: tl.constexpr):
 '''
 
 
+_ROPE_ROW = '''
+@triton.jit
+def _rope_row(ptr, dc, dmask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
+    """Rotate-half RoPE of rows at ptr + dc in fp32: x c + (-x2 | x1) s, the partner half of
+    each element loaded beside it (cos, sin: per dc)."""
+    x = tl.load(ptr + dc, mask=dmask, other=0.0).to(tl.float32)
+    if ROPE:
+        lower = dc < HALF
+        xp = tl.load(ptr + tl.where(lower, dc + HALF, dc - HALF), mask=dmask, other=0.0)
+        x = x * cos + tl.where(lower, -xp.to(tl.float32), xp.to(tl.float32)) * sin
+    return x
+'''
+
+
 def _split_source(name: str, spec: AttentionSpec) -> str:
+    """Decode attention split over the key range. It also does rope_kv's work for its row: the
+    group's q heads are rotated in registers, and the split holding the row's own position
+    rotates and writes that key and value before its loop reads them (one launch a layer
+    instead of two)."""
     up = _upcast()
     loop_head, loop_tail = runtime_loop("start", "lo", "hi", "BLOCK_N", " " * 4)
     table, page = _paged_args(spec)
     keys = _keys(spec, " " * 4, SPLIT_N, ahead=True)
     g = spec.heads // spec.kv_heads
     gp, dp = tiling(spec, 1)[1], max(16, triton.next_power_of_2(spec.head_dim))
+    k_at, v_at = "kc_ptr + cur * kc_s0 + p * kc_s1", "vc_ptr + cur * vc_s0 + p * vc_s1"
+    lookup = ""
+    if spec.block_size:
+        lookup = "        b = tl.load(bt_ptr + cur * bt_s0 + p // PAGE).to(tl.int64)\n"
+        k_at = "kc_ptr + b * kc_s0 + (p % PAGE) * kc_s1"
+        v_at = "vc_ptr + b * vc_s0 + (p % PAGE) * vc_s1"
     return f'''
 @triton.jit
-def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr, ml_ptr, cnt_ptr, sq, so,
-        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2,{table} SP: tl.constexpr,
-        H: tl.constexpr = {spec.heads}, HKV: tl.constexpr = {spec.kv_heads},
+def {name}(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr,
+        ml_ptr, cnt_ptr, sq, sk, sv, so, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,{table}
+        SP: tl.constexpr, H: tl.constexpr = {spec.heads}, HKV: tl.constexpr = {spec.kv_heads},
         G: tl.constexpr = {g}, GP: tl.constexpr = {gp},
         HD: tl.constexpr = {spec.head_dim}, DP: tl.constexpr = {dp},
+        HALF: tl.constexpr = {spec.head_dim // 2}, ROPE: tl.constexpr = {spec.rope},
         BLOCK_N: tl.constexpr = {SPLIT_N}, QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
 {pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
@@ -312,8 +337,22 @@ def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr, ml_ptr, cnt
     if lo >= hi:  # a split past the row's keys
         return
     hmask = (g < G)[:, None] & dmask[None, :]
-    q = tl.load(q_ptr + r * sq + head[:, None] * HD + dc[None, :], mask=hmask, other=0.0)
-    q = q.to(kc_ptr.dtype.element_ty){up}
+    p = n_keys - 1
+    cos = tl.zeros((DP,), tl.float32)
+    sin = tl.zeros((DP,), tl.float32)
+    if ROPE:
+        ang = p.to(tl.float32) * tl.load(inv_ptr + dc % HALF, mask=dmask, other=0.0)
+        cos = tl.cos(ang)
+        sin = tl.sin(ang)
+    q = _rope_row(q_ptr + r * sq + head[:, None] * HD, dc[None, :], hmask, cos[None, :],
+                  sin[None, :], HALF, ROPE)
+    q = q.to(q_ptr.dtype.element_ty).to(kc_ptr.dtype.element_ty){up}
+    if (hi == n_keys) & (p < capacity):  # this split holds the row's own key: write it first
+{lookup}        kn = _rope_row(k_ptr + r * sk + kvh * HD, dc, dmask, cos, sin, HALF, ROPE)
+        tl.store({k_at} + kvh * kc_s2 + dc, kn.to(kc_ptr.dtype.element_ty), mask=dmask)
+        vn = tl.load(v_ptr + r * sv + kvh * HD + dc, mask=dmask, other=0.0)
+        tl.store({v_at} + kvh * vc_s2 + dc, vn.to(vc_ptr.dtype.element_ty), mask=dmask)
+        tl.debug_barrier()  # the stores are visible to the whole program's key loads
 
     # keys lo..hi-1, all visible to the row (decode: its own position is the last key)
     m_i = tl.full((GP,), -1e30, tl.float32)
@@ -378,7 +417,7 @@ def source(name: str, spec: AttentionSpec, header: str = "") -> str:
     rope_kv, attend, split = kernel_names(name)
     return (f"{comment(header)}import triton\nimport triton.language as tl\n\n{_ROTATE}\n"
             f"{_rope_kv_source(rope_kv, spec)}\n{_attend_source(attend, spec)}\n{_CHUNK}\n"
-            f"{_MERGE}\n{_split_source(split, spec)}")
+            f"{_MERGE}\n{_ROPE_ROW}\n{_split_source(split, spec)}")
 
 
 def _check(*tensors: torch.Tensor) -> None:
@@ -471,16 +510,20 @@ def scratch(spec: AttentionSpec, max_rows: int, capacity: int, device,
             torch.zeros((max_rows, spec.kv_heads), dtype=torch.int32, device=device))
 
 
-def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torch.Tensor,
+def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor, inv_freq: torch.Tensor | None, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, o: torch.Tensor,
                  rows: int, part: tuple[torch.Tensor, ...],
                  block_table: torch.Tensor | None = None) -> None:
-    """Decode attention (one row per sequence) split over the key range: kernel = the split
-    kernel of kernel_names, loaded; part = scratch(spec, >= rows, capacity)."""
-    table, _ = _table(spec, block_table, k_cache, v_cache)
+    """Decode (one row per sequence, at most one row a slot): RoPE of q and k, the KV write
+    and attention split over the key range, in one launch. kernel = the split kernel of
+    kernel_names, loaded; q, k, v as rope_kv takes them; part = scratch(spec, >= rows,
+    capacity)."""
+    table, capacity = _table(spec, block_table, k_cache, v_cache)
     if rows == 0:
         return
-    _check(q, k_cache, v_cache, o)
+    _check(q, k, v, k_cache, v_cache, o)
+    assert not spec.rope or (inv_freq is not None and inv_freq.dtype == torch.float32)
     acc, ml, count = part
     n = acc.shape[2]
     assert acc.shape == (acc.shape[0], spec.heads, n, spec.head_dim) and acc.shape[0] >= rows \
@@ -489,9 +532,11 @@ def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torch
     # fewer splits when rows x kv heads already fill the GPU (the partials stay packed per
     # launch: the kernel indexes them by its own split count)
     n = min(n, max(1, triton.cdiv(4 * SMS, rows * spec.kv_heads)))
-    kernel[(rows, spec.kv_heads, n)](q, k_cache, v_cache, pos, slot, o, acc, ml, count,
-                                     q.stride(0), o.stride(0), *k_cache.stride()[:3],
-                                     *v_cache.stride()[:3], *table,
+    inv = inv_freq if spec.rope else pos  # never read without RoPE
+    kernel[(rows, spec.kv_heads, n)](q, k, v, inv, k_cache, v_cache, pos, slot, o, acc, ml,
+                                     count, q.stride(0), k.stride(0), v.stride(0), o.stride(0),
+                                     *k_cache.stride()[:3], *v_cache.stride()[:3], capacity,
+                                     *table,
                                      SP=triton.next_power_of_2(n), num_warps=SPLIT_WARPS,
                                      num_stages=SPLIT_STAGES)
 
@@ -503,15 +548,17 @@ def launch(kernels, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tensor, v:
            part: tuple[torch.Tensor, ...] | None = None) -> None:
     """RoPE + KV write, then attention; kernels = the three of kernel_names(name), loaded.
     block_table: int32 [slots, max_blocks] when spec.block_size > 0 (caches are block pools),
-    else None. A decode step (seq_rows <= 1) whose rows fit `part` (scratch) runs split-KV
-    (two launches, as any other step with the one-pass kernel)."""
+    else None. A decode step (seq_rows <= 1) whose rows fit `part` (scratch) runs the split-KV
+    kernel alone, RoPE and KV write included (q_out is not written); any other step runs
+    rope_kv into q_out and the caches, then the one-pass kernel."""
     rope_kv, attend, split = kernels
+    if seq_rows <= 1 and part is not None and rows <= part[0].shape[0]:
+        launch_split(split, spec, q=q, k=k, v=v, inv_freq=inv_freq, k_cache=k_cache,
+                     v_cache=v_cache, pos=pos, slot=slot, o=o, rows=rows, part=part,
+                     block_table=block_table)
+        return
     launch_rope_kv(rope_kv, spec, q=q, k=k, v=v, pos=pos, slot=slot, inv_freq=inv_freq,
                    k_cache=k_cache, v_cache=v_cache, q_out=q_out, rows=rows,
                    block_table=block_table)
-    if seq_rows <= 1 and part is not None and rows <= part[0].shape[0]:
-        launch_split(split, spec, q=q_out, k_cache=k_cache, v_cache=v_cache, pos=pos,
-                     slot=slot, o=o, rows=rows, part=part, block_table=block_table)
-        return
     launch_attend(attend, spec, q=q_out, k_cache=k_cache, v_cache=v_cache, pos=pos, slot=slot,
                   o=o, rows=rows, seq_rows=seq_rows, block_table=block_table)

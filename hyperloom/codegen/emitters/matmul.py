@@ -301,25 +301,8 @@ def _norm_kernel(name: str, spec: MatmulSpec) -> list[str]:
         + _indent(body)
 
 
-def _prefetch(spec: MatmulSpec) -> str:
-    """GEMV: while the kernel waits for its predecessor (`text.pdl`), L2 prefetches of the
-    first bytes of each of the program's weight rows (its whole slice while the launch's share
-    of CONFIG.gemv_prefetch_bytes allows; bf16 sizes: an fp32 weight gets half as many of its
-    values)."""
-    size = min(spec.k * 2, CONFIG.gemv_prefetch_bytes // spec.n // 256 * 256)
-    if size < 256:
-        return ""
-    asm = f'"cp.async.bulk.prefetch.L2.global [$1], {size}; // $0"'
-    lines = ["if GEMV:", f"    rw = tl.minimum(rn, {spec.n_out - 1}).to(tl.int64) * {spec.k}"]
-    for _, off in _weights(spec):
-        lines += [f"    tl.inline_asm_elementwise({asm},",
-                  f'                              "=r,l", [w_ptr + rw{off}], dtype=tl.int32, '
-                  'is_pure=False, pack=1)']
-    return "\n".join(lines)
-
-
 def _gemm_kernel(name: str, spec: MatmulSpec) -> list[str]:
-    body = _setup(spec) + pdl("", _prefetch(spec)).splitlines() + _loop(spec) + _epilogue(spec)
+    body = _setup(spec) + pdl("").splitlines() + _loop(spec) + _epilogue(spec)
     return _signature(name, spec) + _indent(body)
 
 

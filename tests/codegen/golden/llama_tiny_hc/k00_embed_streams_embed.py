@@ -13,7 +13,6 @@ def k00_embed_streams_embed(ids_ptr, table_ptr, out_ptr, vocab, table_stride, ou
         D: tl.constexpr = 64, N: tl.constexpr = 4,
         BLOCK_D: tl.constexpr = 64):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     tok = tl.load(ids_ptr + row)

@@ -31,7 +31,6 @@ def k02_norm_linear_l0_q_k_v(
     x_rows = x_ptr + rm64[:, None] * sx_t
     w_cols = w_ptr + rn.to(tl.int64)[None, :] * 64
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, 64, BLOCK_K):
         kk = k0 + rk

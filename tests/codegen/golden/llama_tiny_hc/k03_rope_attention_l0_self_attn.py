@@ -32,7 +32,6 @@ def k03_rope_attention_l0_self_attn_rope_kv(q_ptr, k_ptr, v_ptr, pos_ptr, slot_p
         HKVP: tl.constexpr = 2,
         HALFP: tl.constexpr = 8, ROPE: tl.constexpr = True):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     p = tl.load(pos_ptr + row)
     s = tl.load(slot_ptr + row)
@@ -71,7 +70,6 @@ def k03_rope_attention_l0_self_attn(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_
         BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085):
     BM: tl.constexpr = BLOCK_M * GP
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     kvh = tl.program_id(1)
     i = tl.arange(0, BM)
     r = tl.program_id(0) * BLOCK_M + i // GP  # query row i -> (step row r, group head g)
@@ -160,14 +158,26 @@ def _merge_head(acc_ptr, ml_ptr, o_ptr, rh, o_off, splits, active, SP: tl.conste
 
 
 @triton.jit
-def k03_rope_attention_l0_self_attn_split(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr, ml_ptr, cnt_ptr, sq, so,
-        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, SP: tl.constexpr,
-        H: tl.constexpr = 4, HKV: tl.constexpr = 2,
+def _rope_row(ptr, dc, dmask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
+    """Rotate-half RoPE of rows at ptr + dc in fp32: x c + (-x2 | x1) s, the partner half of
+    each element loaded beside it (cos, sin: per dc)."""
+    x = tl.load(ptr + dc, mask=dmask, other=0.0).to(tl.float32)
+    if ROPE:
+        lower = dc < HALF
+        xp = tl.load(ptr + tl.where(lower, dc + HALF, dc - HALF), mask=dmask, other=0.0)
+        x = x * cos + tl.where(lower, -xp.to(tl.float32), xp.to(tl.float32)) * sin
+    return x
+
+
+@triton.jit
+def k03_rope_attention_l0_self_attn_split(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr,
+        ml_ptr, cnt_ptr, sq, sk, sv, so, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,
+        SP: tl.constexpr, H: tl.constexpr = 4, HKV: tl.constexpr = 2,
         G: tl.constexpr = 2, GP: tl.constexpr = 16,
         HD: tl.constexpr = 16, DP: tl.constexpr = 16,
+        HALF: tl.constexpr = 8, ROPE: tl.constexpr = True,
         BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     r = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
@@ -188,8 +198,22 @@ def k03_rope_attention_l0_self_attn_split(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_p
     if lo >= hi:  # a split past the row's keys
         return
     hmask = (g < G)[:, None] & dmask[None, :]
-    q = tl.load(q_ptr + r * sq + head[:, None] * HD + dc[None, :], mask=hmask, other=0.0)
-    q = q.to(kc_ptr.dtype.element_ty)
+    p = n_keys - 1
+    cos = tl.zeros((DP,), tl.float32)
+    sin = tl.zeros((DP,), tl.float32)
+    if ROPE:
+        ang = p.to(tl.float32) * tl.load(inv_ptr + dc % HALF, mask=dmask, other=0.0)
+        cos = tl.cos(ang)
+        sin = tl.sin(ang)
+    q = _rope_row(q_ptr + r * sq + head[:, None] * HD, dc[None, :], hmask, cos[None, :],
+                  sin[None, :], HALF, ROPE)
+    q = q.to(q_ptr.dtype.element_ty).to(kc_ptr.dtype.element_ty)
+    if (hi == n_keys) & (p < capacity):  # this split holds the row's own key: write it first
+        kn = _rope_row(k_ptr + r * sk + kvh * HD, dc, dmask, cos, sin, HALF, ROPE)
+        tl.store(kc_ptr + cur * kc_s0 + p * kc_s1 + kvh * kc_s2 + dc, kn.to(kc_ptr.dtype.element_ty), mask=dmask)
+        vn = tl.load(v_ptr + r * sv + kvh * HD + dc, mask=dmask, other=0.0)
+        tl.store(vc_ptr + cur * vc_s0 + p * vc_s1 + kvh * vc_s2 + dc, vn.to(vc_ptr.dtype.element_ty), mask=dmask)
+        tl.debug_barrier()  # the stores are visible to the whole program's key loads
 
     # keys lo..hi-1, all visible to the row (decode: its own position is the last key)
     m_i = tl.full((GP,), -1e30, tl.float32)

@@ -72,7 +72,6 @@ def k04_linear_hc_post_l0_o(
     x_rows = x_ptr + rm64[:, None] * sx_t
     w_cols = w_ptr + rn.to(tl.int64)[None, :] * 64
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, 64, BLOCK_K):
         kk = k0 + rk
@@ -135,7 +134,6 @@ def k04_linear_hc_post_l0_o_y(
     x_rows = x_ptr + rm64[:, None] * sx_t
     w_cols = w_ptr + rn.to(tl.int64)[None, :] * 64
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, 64, BLOCK_K):
         kk = k0 + rk
@@ -155,7 +153,6 @@ def k04_linear_hc_post_l0_o_post(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf, sx
         NP: tl.constexpr = 4, D: tl.constexpr = 64,
         BLOCK_D: tl.constexpr = 64):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     cm = c < D

@@ -122,7 +122,6 @@ def k05_hc_pre_l0_hc_ffn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
               JP, BLOCK_T, BLOCK_K, False)
     # every thread's partials are written before the ticket; the last ticket finishes the block
@@ -149,7 +148,6 @@ def k05_hc_pre_l0_hc_ffn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05, SQ: tl.constexpr = False):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
               JP, BLOCK_P, BLOCK_K, SQ)
 
@@ -164,7 +162,6 @@ def k05_hc_pre_l0_hc_ffn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     _finish_row(tl.program_id(0), x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
                 rows_pad, splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i, N, D, J,
                 NP, JP, SB, BLOCK_Y, NORM_EPS, HC_EPS, ITERS, OUT_EPS)
@@ -180,7 +177,6 @@ def k05_hc_pre_l0_hc_ffn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     t0 = tl.program_id(0) * RB
     flat = tl.arange(0, RB * JP)
     fmask = flat < (rows - t0) * JP
@@ -238,7 +234,6 @@ def k05_hc_pre_l0_hc_ffn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     dd = tl.arange(0, BLOCK_Y)
     x_row = x_ptr + row * sx_row

@@ -71,12 +71,7 @@ def k07_linear_hc_post_l0_down(
     rm64 = rm.to(tl.int64)  # row offsets of big activations overflow int32
     x_rows = x_ptr + rm64[:, None] * sx_t
     w_cols = w_ptr + rn.to(tl.int64)[None, :] * 128
-    if GEMV:
-        rw = tl.minimum(rn, 63).to(tl.int64) * 128
-        tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], 256; // $0",
-                                  "=r,l", [w_ptr + rw], dtype=tl.int32, is_pure=False, pack=1)
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, 128, BLOCK_K):
         kk = k0 + rk
@@ -138,12 +133,7 @@ def k07_linear_hc_post_l0_down_y(
     rm64 = rm.to(tl.int64)  # row offsets of big activations overflow int32
     x_rows = x_ptr + rm64[:, None] * sx_t
     w_cols = w_ptr + rn.to(tl.int64)[None, :] * 128
-    if GEMV:
-        rw = tl.minimum(rn, 63).to(tl.int64) * 128
-        tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], 256; // $0",
-                                  "=r,l", [w_ptr + rw], dtype=tl.int32, is_pure=False, pack=1)
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, 128, BLOCK_K):
         kk = k0 + rk
@@ -163,7 +153,6 @@ def k07_linear_hc_post_l0_down_post(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf,
         NP: tl.constexpr = 4, D: tl.constexpr = 64,
         BLOCK_D: tl.constexpr = 64):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     cm = c < D

@@ -11,7 +11,6 @@ import triton.language as tl
 @triton.jit
 def k15_norm_linear_lm_head_norm(x_ptr, h_ptr, sx_t, sx_s, sh_t, BLOCK_K: tl.constexpr):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)  # row offsets of big activations overflow int32
     x_row = x_ptr + t * sx_t
     h_row = h_ptr + t * sh_t
@@ -59,7 +58,6 @@ def k15_norm_linear_lm_head(
     x_rows = x_ptr + rm64[:, None] * sx_t
     w_cols = w_ptr + rn.to(tl.int64)[None, :] * 64
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    tl.extra.cuda.gdc_launch_dependents()
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, 64, BLOCK_K):
         kk = k0 + rk
