@@ -302,12 +302,12 @@ def _split_source(name: str, spec: AttentionSpec) -> str:
     keys = _keys(spec, " " * 4, SPLIT_N, ahead=True)
     g = spec.heads // spec.kv_heads
     gp, dp = tiling(spec, 1)[1], max(16, triton.next_power_of_2(spec.head_dim))
-    k_at, v_at = "kc_ptr + cur * kc_s0 + p * kc_s1", "vc_ptr + cur * vc_s0 + p * vc_s1"
+    k_at, v_at = "kc_ptr + cur * kc_s0 + own * kc_s1", "vc_ptr + cur * vc_s0 + own * vc_s1"
     lookup = ""
     if spec.block_size:
-        lookup = "        b = tl.load(bt_ptr + cur * bt_s0 + p // PAGE).to(tl.int64)\n"
-        k_at = "kc_ptr + b * kc_s0 + (p % PAGE) * kc_s1"
-        v_at = "vc_ptr + b * vc_s0 + (p % PAGE) * vc_s1"
+        lookup = "        b = tl.load(bt_ptr + cur * bt_s0 + own // PAGE).to(tl.int64)\n"
+        k_at = "kc_ptr + b * kc_s0 + (own % PAGE) * kc_s1"
+        v_at = "vc_ptr + b * vc_s0 + (own % PAGE) * vc_s1"
     return f'''
 @triton.jit
 def {name}(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr,
@@ -337,17 +337,17 @@ def {name}(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_pt
     if lo >= hi:  # a split past the row's keys
         return
     hmask = (g < G)[:, None] & dmask[None, :]
-    p = n_keys - 1
+    own = n_keys - 1  # the row's position: its own key
     cos = tl.zeros((DP,), tl.float32)
     sin = tl.zeros((DP,), tl.float32)
     if ROPE:
-        ang = p.to(tl.float32) * tl.load(inv_ptr + dc % HALF, mask=dmask, other=0.0)
+        ang = own.to(tl.float32) * tl.load(inv_ptr + dc % HALF, mask=dmask, other=0.0)
         cos = tl.cos(ang)
         sin = tl.sin(ang)
     q = _rope_row(q_ptr + r * sq + head[:, None] * HD, dc[None, :], hmask, cos[None, :],
                   sin[None, :], HALF, ROPE)
     q = q.to(q_ptr.dtype.element_ty).to(kc_ptr.dtype.element_ty){up}
-    if (hi == n_keys) & (p < capacity):  # this split holds the row's own key: write it first
+    if (hi == n_keys) & (own < capacity):  # this split holds the row's own key: write it first
 {lookup}        kn = _rope_row(k_ptr + r * sk + kvh * HD, dc, dmask, cos, sin, HALF, ROPE)
         tl.store({k_at} + kvh * kc_s2 + dc, kn.to(kc_ptr.dtype.element_ty), mask=dmask)
         vn = tl.load(v_ptr + r * sv + kvh * HD + dc, mask=dmask, other=0.0)

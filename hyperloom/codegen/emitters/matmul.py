@@ -345,9 +345,18 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
     k_max = max(16, triton.next_power_of_2(spec.k))
     if rows <= GEMV_MAX_ROWS:
         # GEMV: one 16-row block (the smallest tensor-core M) holds every row, so each weight
-        # element is read once; columns are narrow enough for ~2 programs per SM, K steps deep
-        bn = 64 if triton.cdiv(spec.n_out, 64) >= 2 * SMS else 32
-        t = Tiles(16, bn, min(128, k_max), 1, 4, 6, gemv=True)
+        # element is read once, K steps deep. A program reads 32 weight rows while that is one
+        # wave of programs, else 64 (gate and up: 32 of each); about 64 KB of them in flight.
+        # H200 sweep, one row, weights cold in L2 (us): qkv 6144x4096 15.1 at 64 rows and 6
+        # stages (32 rows: 15.9), o 4096x4096 12.3 at 32 rows and 8 stages (6: 12.5; 64 rows:
+        # 13.7), gate_up 2x12288x4096 50.5 at 32+32 rows and 4 stages (6: 53.9), down
+        # 4096x12288 28.6 at 32 rows and 8 stages (6: 29.6), LM head 32000x4096 64.0 at 64
+        # rows and 6 stages (32 rows: 66.4)
+        w_rows = 32 if triton.cdiv(spec.n, 32) <= SMS else 64
+        swiglu = spec.epilogue == "swiglu"
+        stages = 8 if w_rows == 32 else 4 if swiglu else 6
+        t = Tiles(16, w_rows // 2 if swiglu else w_rows, min(128, k_max), 1, 4, stages,
+                  gemv=True)
     elif rows <= 64:
         t = Tiles(64, 64, min(128, k_max), 8, 4, 4)
     else:

@@ -198,21 +198,21 @@ def k03_rope_attention_l0_self_attn_split(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, 
     if lo >= hi:  # a split past the row's keys
         return
     hmask = (g < G)[:, None] & dmask[None, :]
-    p = n_keys - 1
+    own = n_keys - 1  # the row's position: its own key
     cos = tl.zeros((DP,), tl.float32)
     sin = tl.zeros((DP,), tl.float32)
     if ROPE:
-        ang = p.to(tl.float32) * tl.load(inv_ptr + dc % HALF, mask=dmask, other=0.0)
+        ang = own.to(tl.float32) * tl.load(inv_ptr + dc % HALF, mask=dmask, other=0.0)
         cos = tl.cos(ang)
         sin = tl.sin(ang)
     q = _rope_row(q_ptr + r * sq + head[:, None] * HD, dc[None, :], hmask, cos[None, :],
                   sin[None, :], HALF, ROPE)
     q = q.to(q_ptr.dtype.element_ty).to(kc_ptr.dtype.element_ty)
-    if (hi == n_keys) & (p < capacity):  # this split holds the row's own key: write it first
+    if (hi == n_keys) & (own < capacity):  # this split holds the row's own key: write it first
         kn = _rope_row(k_ptr + r * sk + kvh * HD, dc, dmask, cos, sin, HALF, ROPE)
-        tl.store(kc_ptr + cur * kc_s0 + p * kc_s1 + kvh * kc_s2 + dc, kn.to(kc_ptr.dtype.element_ty), mask=dmask)
+        tl.store(kc_ptr + cur * kc_s0 + own * kc_s1 + kvh * kc_s2 + dc, kn.to(kc_ptr.dtype.element_ty), mask=dmask)
         vn = tl.load(v_ptr + r * sv + kvh * HD + dc, mask=dmask, other=0.0)
-        tl.store(vc_ptr + cur * vc_s0 + p * vc_s1 + kvh * vc_s2 + dc, vn.to(vc_ptr.dtype.element_ty), mask=dmask)
+        tl.store(vc_ptr + cur * vc_s0 + own * vc_s1 + kvh * vc_s2 + dc, vn.to(vc_ptr.dtype.element_ty), mask=dmask)
         tl.debug_barrier()  # the stores are visible to the whole program's key loads
 
     # keys lo..hi-1, all visible to the row (decode: its own position is the last key)
