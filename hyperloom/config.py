@@ -23,7 +23,7 @@ class Config:
     kv_block_size: int = field(default=0, metadata={"help": "tokens per KV-cache block, a power "
                                                     "of two >= 16 (0: one contiguous cache per "
                                                     "slot, the default until the GPU suite runs "
-                                                    "paged; 64: 1.8% slower at 32K, BENCHMARKS)"})
+                                                    "paged; 64: as fast as contiguous, BENCHMARKS)"})
     kv_blocks: int = field(default=0, metadata={"help": "KV-cache blocks in the pool (0: enough "
                                                 "for every slot at full length)"})
     pdl: bool = field(default=True, metadata={"help": "kernels wait on their predecessor grid "
