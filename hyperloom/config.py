@@ -23,12 +23,16 @@ class Config:
     kv_block_size: int = field(default=0, metadata={"help": "tokens per KV-cache block, a power "
                                                     "of two >= 16 (0: one contiguous cache per "
                                                     "slot, the default until the GPU suite runs "
-                                                    "paged; 64: as fast as contiguous, BENCHMARKS)"})
+                                                    "paged; 64 decodes as fast: BENCHMARKS)"})
     kv_blocks: int = field(default=0, metadata={"help": "KV-cache blocks in the pool (0: enough "
                                                 "for every slot at full length)"})
     pdl: bool = field(default=True, metadata={"help": "kernels wait on their predecessor grid "
                                                "(griddepcontrol) and launch as its programs "
                                                "exit (programmatic dependent launch, sm_90+)"})
+    fold_sites: bool = field(default=False, metadata={
+        "help": "a one-row decode step finishes each mHC site's hc_pre in the last program of "
+                "the GEMM whose hc_post epilogue wrote its streams (one launch a site fewer; "
+                "not yet timed on the GPU)"})
     dump_dir: str = field(default_factory=lambda: _env("HYPERLOOM_DUMP_DIR", ""),
                           metadata={"help": "write IR / plan / kernel dumps of every compile here"})
     kernel_cache_dir: str = field(

@@ -3,6 +3,8 @@ kernel-plan entry into deterministic Triton source whose header lists what it fu
 
 from __future__ import annotations
 
+import dataclasses
+
 from hyperloom.codegen.emitters import (
     attention,
     dsa,
@@ -56,12 +58,19 @@ def header(entry: KernelEntry) -> str:
                       f"node: {print_node(entry.node)}", *entry.bindings])
 
 
+def entry_spec(entry: KernelEntry, types: dict):
+    """The emitter spec of a plan entry: its node's, plus the site a GEMM finishes."""
+    if entry.emitter not in EMITTERS:
+        raise CodegenError(f"no emitter {entry.emitter!r} for {entry.name}; emitters: "
+                           f"{', '.join(EMITTERS)}")
+    spec = EMITTERS[entry.emitter][0](entry.node, types)
+    if entry.finishes is not None:
+        spec = dataclasses.replace(spec, site=hc_pre_spec(entry.finishes.node, types))
+    return spec
+
+
 def kernel_source(entry: KernelEntry, types: dict) -> str | None:
     """The generated Triton source of a plan entry (None for interpreter fallbacks)."""
     if entry.emitter == INTERPRETER:
         return None
-    if entry.emitter not in EMITTERS:
-        raise CodegenError(f"no emitter {entry.emitter!r} for {entry.name}; emitters: "
-                           f"{', '.join(EMITTERS)}")
-    make_spec, module = EMITTERS[entry.emitter]
-    return module.source(entry.name, make_spec(entry.node, types), header(entry))
+    return EMITTERS[entry.emitter][1].source(entry.name, entry_spec(entry, types), header(entry))

@@ -4,11 +4,13 @@ Ops with no emitter yet run on the reference interpreter, and the plan says so."
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
 from hyperloom.ir.graph import Graph, Node
 from hyperloom.ir.ops import Op
+from hyperloom.config import CONFIG
 from hyperloom.ir.printer import print_node
 from hyperloom.passes.arena import ArenaPlan
 
@@ -59,14 +61,21 @@ class KernelEntry:
     wide_launches: int = 1  # and of a wider one (prefill)
     wide_from: int = NARROW_ROWS  # the most rows a step of `launches` launches has
     batched: bool = False  # a decode step of any width (one row a sequence) is narrow
+    # CONFIG.fold_sites: a GEMM with the hc_post epilogue that finishes, at one row, the hc_pre
+    # entry right after it (which then launches nothing at one row: `folded`)
+    finishes: KernelEntry | None = None
+    folded: bool = False
 
     def launches_at(self, rows: int, decode: bool = False) -> int:
+        if self.folded and rows <= NARROW_ROWS:
+            return 0
         narrow = rows <= self.wide_from or (decode and self.batched)
         return self.launches if narrow else self.wide_launches
 
     def line(self) -> str:
+        also = f"; finishes {self.finishes.name} at one row" if self.finishes else ""
         return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
-                f"fuses {', '.join(self.node.sources)}")
+                f"fuses {', '.join(self.node.sources)}{also}")
 
 
 @dataclass(frozen=True)
@@ -137,4 +146,18 @@ def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
             binds += (f"${node.state}.* -> state pool",)
         kernels.append(KernelEntry(name, emitter, node, binds, *_launches(node, emitter, types),
                                    batched=emitter == "attention"))
-    return KernelPlan(graph.name, tuple(kernels))
+    return KernelPlan(graph.name, tuple(_fold_sites(kernels) if CONFIG.fold_sites else kernels))
+
+
+def _fold_sites(kernels: list[KernelEntry]) -> list[KernelEntry]:
+    """Pair each GEMM with the hc_post epilogue with the hc_pre entry right after it when that
+    site reads the GEMM's new streams: its outputs are written ahead of their plan position, so
+    nothing may run between the two."""
+    out = list(kernels)
+    for i, (k, nxt) in enumerate(zip(kernels, kernels[1:])):
+        if k.emitter == "matmul" and k.node.op is Op.LINEAR_HC_POST \
+                and nxt.node.op is Op.HC_PRE and nxt.emitter == "hc_pre" \
+                and nxt.node.args[0] == k.node.outs[0]:
+            out[i + 1] = dataclasses.replace(nxt, folded=True)
+            out[i] = dataclasses.replace(k, finishes=out[i + 1])
+    return out

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hyperloom.codegen import entry_spec
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import (
     attention,
@@ -37,7 +38,6 @@ from hyperloom.codegen.specs import (
     kda_conv_spec,
     kda_gate_spec,
     kda_spec,
-    matmul_spec,
     mla_spec,
     moe_experts_spec,
     moe_router_spec,
@@ -74,7 +74,7 @@ class Operands:
 
 def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
     node = entry.node
-    spec, src = matmul_spec(node, o.types), o.source(entry)
+    spec, src = entry_spec(entry, o.types), o.source(entry)
     kerns = tuple(load(src, n, device, entry.name) for n in matmul.kernel_names(entry.name, spec))
     x, w = o[node.args[0]], o[node.args[1]]
     out = o.groups.get(node.outs[0], o[node.outs[0]])
@@ -93,22 +93,39 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         if key not in o.scratch:
             o.scratch[key] = matmul.scratch_y(spec, x.shape[0], w.dtype, device)
         extra["y"] = o.scratch[key]
+    if spec.site:
+        site = entry.finishes.node
+        fn, base, scale = (o[a] for a in site.args[1:])
+        extra["site"] = matmul.Site(fn, base, scale, *(o[v] for v in site.outs),
+                                    *_hc_pre_scratch(spec.site, out, o, device))
     return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
 
 
+def _hc_pre_scratch(spec: hc_pre.HCPreSpec, x: torch.Tensor, o: Operands,
+                    device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(partials, ticket counters): one pair serves every site of this shape in turn."""
+    key = ("hc_pre", spec, x.shape[0])
+    if key not in o.scratch:
+        o.scratch[key] = hc_pre.scratch(spec, x.shape[0], device)
+    return o.scratch[key]
+
+
 def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
+    """A folded site (kernel_plan: the GEMM before it finishes it at one row) launches only
+    for wider steps."""
     node, spec = entry.node, hc_pre_spec(entry.node, o.types)
     src = o.source(entry)
     kerns = tuple(load(src, n, device, entry.name) for n in hc_pre.kernel_names(entry.name))
     x, fn, base, scale = (o[a] for a in node.args)
     y, post, comb = (o[v] for v in node.outs)
-    key = ("hc_pre", spec, x.shape[0])  # one scratch pair serves every site of this shape
-    if key not in o.scratch:
-        o.scratch[key] = hc_pre.scratch(spec, x.shape[0], device)
-    part, count = o.scratch[key]
-    return lambda rows, _: hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y,
-                                         post=post, comb=comb, part=part, count=count, rows=rows,
-                                         fused=rows <= NARROW_ROWS)
+    part, count = _hc_pre_scratch(spec, x, o, device)
+
+    def run(rows: int, _: int) -> None:
+        if not (entry.folded and rows <= NARROW_ROWS):
+            hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y, post=post,
+                          comb=comb, part=part, count=count, rows=rows,
+                          fused=rows <= NARROW_ROWS)
+    return run
 
 
 def _hc_post(entry: KernelEntry, o: Operands, device) -> Launch:

@@ -33,10 +33,10 @@ def _sources(**knobs) -> dict[str, str]:
         return compile_graph(hyperloom.build("llama", "tiny-hc").main, 64).sources
 
 
-@pytest.mark.parametrize("block", [0, 16])
-def test_every_launched_kernel_waits_before_it_touches_memory(block):
+@pytest.mark.parametrize("knobs", [{}, {"kv_block_size": 16}, {"fold_sites": True}])
+def test_every_launched_kernel_waits_before_it_touches_memory(knobs):
     waiting = 0
-    for entry, source in _sources(kv_block_size=block).items():
+    for entry, source in _sources(**knobs).items():
         for name, body in _kernels(source).items():
             if name.startswith("_"):  # helpers run inside a kernel, after its wait
                 assert not any(PDL_WAIT in line for line in body), name

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import hyperloom
+from hyperloom.config import overrides
 from hyperloom.ir.ops import Op
 from hyperloom.models.random_weights import random_weights
 from tests.tolerances import assert_close
@@ -54,6 +55,21 @@ def test_prefill_and_16_decode_steps_match_the_reference(model, config):
         our_tokens.append(tok_b)
     assert our_tokens == ref_tokens
     assert comp.runners["main"].replays == 16  # every decode step was a replay
+
+
+@pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])
+def test_folded_sites_match_the_reference(model, config):
+    # fold_sites: a one-row step finishes each mHC site in the GEMM that wrote its streams
+    # (projection partials, ticket, Sinkhorn and y in the last program); wider steps do not
+    with overrides(fold_sites=True):
+        comp = _plan(model, config)
+        folded = [k for k in comp.plan.kernels if k.folded]
+        assert folded and all(k.finishes for k in comp.plan.kernels if k.finishes)
+        with overrides(fold_sites=False):
+            plain = _plan(model, config).plan
+        assert comp.plan.launches(1) == plain.launches(1) - len(folded)
+        assert comp.plan.launches(65) == plain.launches(65)
+        test_prefill_and_16_decode_steps_match_the_reference(model, config)
 
 
 @pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])

@@ -85,3 +85,12 @@ def test_paged_cache_matches_fp32_reference(config, monkeypatch):
 def test_paged_cuda_graph_batch_equals_sequences_alone(monkeypatch):
     monkeypatch.setattr(CONFIG, "kv_block_size", 16)
     test_cuda_graph_batch_equals_sequences_alone()
+
+
+@pytest.mark.parametrize("model, config, layers", [("llama", "tiny-hc", None),
+                                                   ("llama", "bench", None),
+                                                   ("glm5next", "tiny", 2)])
+def test_folded_sites_match_fp32_reference(model, config, layers, monkeypatch):
+    # fold_sites: one-row decode steps finish each mHC site in the GEMM before it
+    monkeypatch.setattr(CONFIG, "fold_sites", True)
+    test_bf16_prefill_and_replayed_decode_match_fp32_reference(model, config, layers, 32)

@@ -112,6 +112,25 @@ def _constexprs(spec: HCPreSpec) -> list[str]:
     return [f"{k}: tl.constexpr = {vals[k]!r}" for k in _CONSTS]
 
 
+def finish_source(spec: HCPreSpec) -> str:
+    """The `_finish_row` helper alone (a GEMM that finishes the site it feeds includes it)."""
+    return _finish_row_source(spec)
+
+
+def finish_args(spec: HCPreSpec) -> list[str]:
+    """`_finish_row`'s constexpr arguments after its runtime ones, as source literals."""
+    b = _blocks(spec)
+    vals = [spec.n, spec.d, b["J"], b["NP"], b["JP"], SPLIT_BLOCK, b["BLOCK_Y"], spec.norm_eps,
+            spec.hc_eps, spec.iters] + ([] if spec.out_eps is None else [spec.out_eps])
+    return [repr(v) for v in vals]
+
+
+def projections(spec: HCPreSpec) -> tuple[int, int]:
+    """(J projections of a row, JP: their padded width, the partials' row length)."""
+    b = _blocks(spec)
+    return b["J"], b["JP"]
+
+
 def _partials_source() -> str:
     dot = _INTERPRET_DOT if CONFIG.interpret else _GPU_DOT
     head, tail = runtime_loop("b", "b_lo", "b_hi", "1", " " * 4)

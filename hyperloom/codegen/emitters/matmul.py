@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from hyperloom.codegen.emitters import hc_post
+from hyperloom.codegen.emitters import hc_post, hc_pre
 from hyperloom.codegen.emitters.text import pdl, wrap
 from hyperloom.config import CONFIG
-from hyperloom.passes.kernel_plan import APART_ROWS
+from hyperloom.passes.kernel_plan import APART_ROWS, NARROW_ROWS
 
 PROLOGUES = ("none", "rmsnorm", "mean_rmsnorm")
 EPILOGUES = ("store", "swiglu", "residual", "hc_post")
@@ -58,10 +58,17 @@ class MatmulSpec:
     epilogue: str = "store"  # "store" | "swiglu" | "residual" | "hc_post"
     limit: float | None = None  # swiglu clamp (None: plain SwiGLU)
     hc: int = 1  # hc_post: number of streams
+    # hc_post: the mHC site that reads the new streams next; a one-row step finishes it in the
+    # GEMM's last program (projection partials, then Sinkhorn and y: hc_pre.finish_source)
+    site: hc_pre.HCPreSpec | None = None
 
     def __post_init__(self) -> None:
         if self.prologue not in PROLOGUES or self.epilogue not in EPILOGUES:
             raise ValueError(f"unknown prologue/epilogue {self.prologue!r}/{self.epilogue!r}")
+        if self.site is not None and (self.epilogue != "hc_post" or self.site.n != self.hc
+                                      or self.site.d != self.n_out):
+            raise ValueError(f"a site of {self.site.n} x {self.site.d} needs the hc_post "
+                             f"epilogue of {self.hc} x {self.n_out} streams")
         if self.k < 1 or self.n < 1 or (self.epilogue == "swiglu" and self.n % 2):
             raise ValueError(f"bad GEMM size k={self.k} n={self.n} for {self.epilogue}")
         if self.streams < 1 or self.hc < 1:
@@ -87,7 +94,11 @@ def kernel_names(name: str, spec: MatmulSpec) -> tuple[str, ...]:
 
 def split_spec(spec: MatmulSpec) -> MatmulSpec:
     """The GEMM of a wide hc_post step: the same product, stored as is."""
-    return dataclasses.replace(gemm_spec(spec), epilogue="store", hc=1)
+    return dataclasses.replace(gemm_spec(spec), epilogue="store", hc=1, site=None)
+
+
+SITE_PARAMS = ("fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "spost_ptr", "scomb_ptr", "part_ptr",
+               "count_ptr", "s_fn", "s_y", "s_post", "s_comb", "s_comb_i")
 
 
 # ---------------------------------------------------------------- source
@@ -107,14 +118,18 @@ def _params(spec: MatmulSpec) -> list[str]:
         names.append("sst_t")
     if spec.epilogue == "hc_post":
         names += ["sst_h", "sp_t", "sc_t", "sc_i"]
-    return names
+    return names + (list(SITE_PARAMS) if spec.site else [])
 
 
 _CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "GEMV")
 
 
+def _constexprs(spec: MatmulSpec) -> tuple[str, ...]:
+    return _CONSTEXPRS + (("SITE",) if spec.site else ())
+
+
 def _signature(name: str, spec: MatmulSpec) -> list[str]:
-    args = _params(spec) + [f"{c}: tl.constexpr" for c in _CONSTEXPRS]
+    args = _params(spec) + [f"{c}: tl.constexpr" for c in _constexprs(spec)]
     return ['@triton.jit(do_not_specialize=["rows"])', f"def {name}(",
             *wrap("    ", args, "):", 4).splitlines()]
 
@@ -237,7 +252,10 @@ def _hc_post(spec: MatmulSpec) -> list[str]:
     of them at once took 255 registers and kilobytes of spills at every tile size)."""
     lines = ["p_rows = post_ptr + rm64 * sp_t", "c_rows = comb_ptr + rm64 * sc_t"]
     args = "s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i"
-    lines += ["if GEMV:", f"    _hc_post_cols(acc, rn, m_ok, {spec.n_out}, {args})", "else:"]
+    lines += ["if GEMV:", f"    _hc_post_cols(acc, rn, m_ok, {spec.n_out}, {args})"]
+    if spec.site:
+        lines += ["    if SITE:"] + _indent(_indent(_site(spec)))
+    lines.append("else:")
     chunks = [("acc", "")]
     for level in range(1, EPI_LEVELS + 1):
         halves = []
@@ -251,6 +269,34 @@ def _hc_post(spec: MatmulSpec) -> list[str]:
         lines += [f"    cn = pid_n * BLOCK_N + {int(bits, 2)} * ({width}) + tl.arange(0, {width})",
                   f"    _hc_post_cols({name}, cn, m_ok, {spec.n_out}, {args})"]
     return lines
+
+
+def _site(spec: MatmulSpec) -> list[str]:
+    """One-row GEMV of a site-feeding GEMM: this program's columns of X' @ fn^T (X' the new
+    streams it just stored) to the site's partials; the last program by ticket finishes the
+    row as hc_pre would (post, comb, y)."""
+    j, jp = hc_pre.projections(spec.site)
+    consts = ", ".join(hc_pre.finish_args(spec.site))
+    return [
+        "tl.debug_barrier()  # this program's new stream columns are stored",
+        f"jj = tl.arange(0, {jp})",
+        f"pj = tl.zeros(({jp},), tl.float32)",
+        f"for i in tl.static_range({spec.hc}):",
+        "    xs = tl.load(out_ptr + i * so_h + rn, mask=n_ok, other=0.0)",
+        f"    wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * {spec.n_out} + rn[None, :],",
+        f"                 mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)",
+        "    pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)",
+        f"tl.store(part_ptr + pid_n * {jp} + jj, pj)",
+        "tl.debug_barrier()  # every thread's partials are stored before the ticket",
+        "ticket = tl.atomic_add(count_ptr, 1, sem=\"acq_rel\")",
+        "if ticket == num_n - 1:",
+        "    tl.debug_barrier()",
+        "    tl.store(count_ptr, 0)",
+        *wrap("    _finish_row(", ["pid_m", "out_ptr", "base_ptr", "scale_ptr", "y_ptr",
+                                   "spost_ptr", "scomb_ptr", "part_ptr", "1", "num_n", "so_t",
+                                   "so_h", "s_y", "s_post", "s_comb", "s_comb_i", consts], ")",
+              16).splitlines(),
+    ]
 
 
 def _hc_post_helpers(spec: MatmulSpec) -> list[str]:
@@ -315,6 +361,8 @@ def source(name: str, spec: MatmulSpec, header: str = "") -> str:
         lines += _norm_kernel(kernel_names(name, spec)[0], spec) + ["", ""]
     if spec.epilogue == "hc_post":
         lines += _hc_post_helpers(spec) + ["", ""]
+    if spec.site:
+        lines += hc_pre.finish_source(spec.site).strip("\n").splitlines() + ["", ""]
     lines += _gemm_kernel(name, gemm_spec(spec))
     if spec.epilogue == "hc_post":
         lines += ["", ""] + _gemm_kernel(f"{name}_y", split_spec(spec)) + ["", ""]
@@ -443,27 +491,64 @@ def launch_norm(kernel, spec: MatmulSpec, *, x: torch.Tensor, h: torch.Tensor, r
                     num_warps=warps)
 
 
+@dataclass(frozen=True)
+class Site:
+    """The operands of the hc_pre a site-feeding GEMM finishes (spec.site): its weights, its
+    outputs and its scratch (hc_pre.scratch: partials, zeroed ticket counters)."""
+
+    fn: torch.Tensor
+    base: torch.Tensor
+    scale: torch.Tensor
+    y: torch.Tensor
+    post: torch.Tensor
+    comb: torch.Tensor
+    part: torch.Tensor
+    count: torch.Tensor
+
+    def bound(self) -> dict[str, object]:
+        return {"fn_ptr": self.fn, "base_ptr": self.base, "scale_ptr": self.scale,
+                "y_ptr": self.y, "spost_ptr": self.post, "scomb_ptr": self.comb,
+                "part_ptr": self.part, "count_ptr": self.count, "s_fn": self.fn.stride(0),
+                "s_y": self.y.stride(0), "s_post": self.post.stride(0),
+                "s_comb": self.comb.stride(0), "s_comb_i": self.comb.stride(1)}
+
+
+def finishes_site(spec: MatmulSpec, rows: int) -> bool:
+    """Whether a step of `rows` rows finishes spec.site in the GEMM (one row, the GEMV path
+    with the epilogue fused); the site's own hc_pre launch is then skipped."""
+    return spec.site is not None and rows <= NARROW_ROWS
+
+
 def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
                 rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
-                comb: torch.Tensor | None = None) -> None:
-    """The GEMM kernel of a spec without mean_rmsnorm (see gemm_spec) on the first `rows` rows."""
+                comb: torch.Tensor | None = None, site: Site | None = None) -> None:
+    """The GEMM kernel of a spec without mean_rmsnorm (see gemm_spec) on the first `rows` rows;
+    site: spec.site's operands (needed with spec.site)."""
     t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
              "comb_ptr": comb, "rows": rows, **_strides(spec, x, out, stream, post, comb)}
     grid = (triton.cdiv(rows, t.block_m) * triton.cdiv(spec.n_out, t.block_n),)
+    extra = {}
+    if spec.site:
+        assert site is not None, "a site-feeding GEMM needs its site's operands"
+        bound |= site.bound()
+        extra["SITE"] = finishes_site(spec, rows)
+        _, jp = hc_pre.projections(spec.site)
+        assert not extra["SITE"] or site.part.numel() >= grid[0] * jp, "site partials too small"
     kernel[grid](*(bound[p] for p in _params(spec)), BLOCK_M=t.block_m, BLOCK_N=t.block_n,
                  BLOCK_K=t.block_k, GROUP_M=t.group_m, GEMV=t.gemv,
-                 num_warps=t.num_warps, num_stages=t.num_stages)
+                 num_warps=t.num_warps, num_stages=t.num_stages, **extra)
 
 
 def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
            rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
            comb: torch.Tensor | None = None, h: torch.Tensor | None = None,
-           y: torch.Tensor | None = None) -> None:
+           y: torch.Tensor | None = None, site: Site | None = None) -> None:
     """Run the kernels of `source(..., spec)` (those of kernel_names, loaded, in order) on the
     first `rows` rows of the operands. mean_rmsnorm: h is the scratch of `scratch(...)` (at least
     `rows` rows); the norm kernel fills h[:rows], then the GEMM reads it as its x. hc_post: y
-    is `scratch_y(...)`'s, needed when rows > SPLIT_ROWS."""
+    is `scratch_y(...)`'s, needed when rows > SPLIT_ROWS. spec.site: `site` holds the site's
+    operands, and a one-row step finishes it (finishes_site)."""
     _check(spec, x, w, out, stream, post, comb, h)
     assert len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names"
     if rows <= 0:
@@ -481,4 +566,4 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
                        post=post, comb=comb, out=out, rows=rows)
         return
     launch_gemm(gemm, gemm_spec(spec), x=x, w=w, out=out, rows=rows, stream=stream,
-                post=post, comb=comb)
+                post=post, comb=comb, site=site)
