@@ -21,6 +21,9 @@ spec, ...)` runs them in that order. out = epilogue(prologue(x) @ w.T), accumula
   the plain GEMM stores result rows to a scratch y [rows, N] (`scratch_y`), then the `hc_post`
   emitter's kernel mixes the streams (on the H200 at 2048 rows, o_proj-sized: 107 + 75 us
   against 279 fused, because a tile's epilogue stream traffic does not overlap any GEMM work).
+  With spec.site (CONFIG.fold_sites), a one-row step also runs the hc_pre of the site that reads
+  the new streams: partials of X' @ fn^T per program, then `hc_pre`'s row finish in the last
+  program by ticket (`finishes_site`).
 
 Tensors may be row-strided views (only the last dim must be contiguous); w is contiguous [N, K].
 Two GEMM paths, picked in `launch` by rows: rows <= 16 take a GEMV-style tiling (one row block
