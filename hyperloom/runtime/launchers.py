@@ -121,7 +121,7 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
     part, count = _hc_pre_scratch(spec, x, o, device)
 
     def run(rows: int, _: int) -> None:
-        if not (entry.folded and rows <= NARROW_ROWS):
+        if entry.launches_at(rows):
             hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y, post=post,
                           comb=comb, part=part, count=count, rows=rows,
                           fused=rows <= NARROW_ROWS)

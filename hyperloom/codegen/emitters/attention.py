@@ -85,22 +85,39 @@ def _paged_args(spec: AttentionSpec) -> tuple[str, str]:
     return " bt_ptr, bt_s0,", f",\n        PAGE: tl.constexpr = {spec.block_size}"
 
 
-_ROTATE = '''
+_ROPE = '''
 @triton.jit
-def _rope_heads(src, dst, mask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
-    """Rotate-half RoPE of a [heads, HALF] tile pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)."""
-    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
+def _rope_angles(p, inv_ptr, dc, dmask, HALF: tl.constexpr, ROPE: tl.constexpr):
+    """(cos, sin) of position p for every head-dim column dc (column c pairs with c +- HALF and
+    shares its frequency, inv[c % HALF]); zeros without RoPE."""
+    cos = tl.zeros(dc.shape, tl.float32)
+    sin = tl.zeros(dc.shape, tl.float32)
     if ROPE:
-        x1, x2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-    tl.store(dst, x1.to(dst.dtype.element_ty), mask=mask)
-    tl.store(dst + HALF, x2.to(dst.dtype.element_ty), mask=mask)
+        ang = p.to(tl.float32) * tl.load(inv_ptr + dc % HALF, mask=dmask, other=0.0)
+        cos = tl.cos(ang)
+        sin = tl.sin(ang)
+    return cos, sin
+
+
+@triton.jit
+def _rope_row(ptr, dc, dmask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
+    """Rotate-half RoPE of rows at ptr + dc in fp32: x c + (-x2 | x1) s, the partner half of
+    each element loaded beside it (cos, sin: per dc)."""
+    x = tl.load(ptr + dc, mask=dmask, other=0.0).to(tl.float32)
+    if ROPE:
+        lower = dc < HALF
+        xp = tl.load(ptr + tl.where(lower, dc + HALF, dc - HALF), mask=dmask, other=0.0)
+        x = x * cos + tl.where(lower, -xp.to(tl.float32), xp.to(tl.float32)) * sin
+    return x
 '''
 
 
+def _dp(spec: AttentionSpec) -> int:
+    """head_dim padded to a power of two >= 16 (tl.dot's smallest K)."""
+    return max(16, triton.next_power_of_2(spec.head_dim))
+
+
 def _rope_kv_source(name: str, spec: AttentionSpec) -> str:
-    half = spec.head_dim // 2
-    halfp = triton.next_power_of_2(half)
     table, page = _paged_args(spec)
     k_dst, v_dst = "kc_ptr + s * kc_s0 + p * kc_s1", "vc_ptr + s * vc_s0 + p * vc_s1"
     lookup = ""
@@ -116,37 +133,33 @@ def _rope_kv_source(name: str, spec: AttentionSpec) -> str:
 def {name}(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_ptr,
         sq, sk, sv, sqo, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,{table}
         H: tl.constexpr = {spec.heads}, HKV: tl.constexpr = {spec.kv_heads},
-        HD: tl.constexpr = {spec.head_dim}, HALF: tl.constexpr = {half},
+        HD: tl.constexpr = {spec.head_dim}, HALF: tl.constexpr = {spec.head_dim // 2},
         HP: tl.constexpr = {triton.next_power_of_2(spec.heads)},
         HKVP: tl.constexpr = {triton.next_power_of_2(spec.kv_heads)},
-        HALFP: tl.constexpr = {halfp}, ROPE: tl.constexpr = {spec.rope}{page}):
+        DP: tl.constexpr = {_dp(spec)}, ROPE: tl.constexpr = {spec.rope}{page}):
 {pdl("    ")}    row = tl.program_id(0).to(tl.int64)
     p = tl.load(pos_ptr + row)
     s = tl.load(slot_ptr + row)
-    c = tl.arange(0, HALFP)
-    cmask = c < HALF
-    cos = tl.zeros((1, HALFP), tl.float32)
-    sin = tl.zeros((1, HALFP), tl.float32)
-    if ROPE:
-        ang = p.to(tl.float32) * tl.load(inv_ptr + c, mask=cmask, other=0.0)
-        cos = tl.cos(ang)[None, :]
-        sin = tl.sin(ang)[None, :]
+    dc = tl.arange(0, DP)
+    dmask = dc < HD
+    cos, sin = _rope_angles(p, inv_ptr, dc, dmask, HALF, ROPE)
+    cos = cos[None, :]
+    sin = sin[None, :]
     h = tl.arange(0, HP)[:, None]
-    _rope_heads(q_ptr + row * sq + h * HD + c[None, :], qo_ptr + row * sqo + h * HD + c[None, :],
-                (h < H) & cmask[None, :], cos, sin, HALF, ROPE)
+    qmask = (h < H) & dmask[None, :]
+    q = _rope_row(q_ptr + row * sq + h * HD, dc[None, :], qmask, cos, sin, HALF, ROPE)
+    tl.store(qo_ptr + row * sqo + h * HD + dc[None, :], q.to(qo_ptr.dtype.element_ty), mask=qmask)
 
     # padding rows (slot < 0) and out-of-range positions must not touch the caches
     keep = (s >= 0) & (p >= 0) & (p < capacity)
     s = tl.where(keep, s, 0)
     p = tl.where(keep, p, 0)
 {lookup}    hk = tl.arange(0, HKVP)[:, None]
-    kmask = (hk < HKV) & cmask[None, :] & keep
-    _rope_heads(k_ptr + row * sk + hk * HD + c[None, :],
-                {k_dst} + hk * kc_s2 + c[None, :],
-                kmask, cos, sin, HALF, ROPE)
-    _rope_heads(v_ptr + row * sv + hk * HD + c[None, :],
-                {v_dst} + hk * vc_s2 + c[None, :],
-                kmask, cos, sin, HALF, False)
+    kmask = (hk < HKV) & dmask[None, :] & keep
+    kn = _rope_row(k_ptr + row * sk + hk * HD, dc[None, :], kmask, cos, sin, HALF, ROPE)
+    tl.store({k_dst} + hk * kc_s2 + dc[None, :], kn.to(kc_ptr.dtype.element_ty), mask=kmask)
+    vn = tl.load(v_ptr + row * sv + hk * HD + dc[None, :], mask=kmask, other=0.0)
+    tl.store({v_dst} + hk * vc_s2 + dc[None, :], vn.to(vc_ptr.dtype.element_ty), mask=kmask)
 '''
 
 
@@ -228,7 +241,7 @@ def {name}(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
         kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2,{table}
         BLOCK_M: tl.constexpr, GP: tl.constexpr,
         G: tl.constexpr = {spec.heads // spec.kv_heads}, HD: tl.constexpr = {spec.head_dim},
-        DP: tl.constexpr = {max(16, triton.next_power_of_2(spec.head_dim))},
+        DP: tl.constexpr = {_dp(spec)},
         BLOCK_N: tl.constexpr = {BLOCK_N}, QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
     BM: tl.constexpr = BLOCK_M * GP
 {pdl("    ")}    kvh = tl.program_id(1)
@@ -277,20 +290,6 @@ def _chunk(n_keys, splits, BLOCK_N: tl.constexpr):
 '''
 
 
-_ROPE_ROW = '''
-@triton.jit
-def _rope_row(ptr, dc, dmask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
-    """Rotate-half RoPE of rows at ptr + dc in fp32: x c + (-x2 | x1) s, the partner half of
-    each element loaded beside it (cos, sin: per dc)."""
-    x = tl.load(ptr + dc, mask=dmask, other=0.0).to(tl.float32)
-    if ROPE:
-        lower = dc < HALF
-        xp = tl.load(ptr + tl.where(lower, dc + HALF, dc - HALF), mask=dmask, other=0.0)
-        x = x * cos + tl.where(lower, -xp.to(tl.float32), xp.to(tl.float32)) * sin
-    return x
-'''
-
-
 def _split_source(name: str, spec: AttentionSpec) -> str:
     """Decode attention split over the key range. It also does rope_kv's work for its row: the
     group's q heads are rotated in registers, and the split holding the row's own position
@@ -301,7 +300,7 @@ def _split_source(name: str, spec: AttentionSpec) -> str:
     table, page = _paged_args(spec)
     keys = _keys(spec, " " * 4, SPLIT_N, ahead=True)
     g = spec.heads // spec.kv_heads
-    gp, dp = tiling(spec, 1)[1], max(16, triton.next_power_of_2(spec.head_dim))
+    gp, dp = tiling(spec, 1)[1], _dp(spec)
     k_at, v_at = "kc_ptr + cur * kc_s0 + own * kc_s1", "vc_ptr + cur * vc_s0 + own * vc_s1"
     lookup = ""
     if spec.block_size:
@@ -338,12 +337,7 @@ def {name}(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_pt
         return
     hmask = (g < G)[:, None] & dmask[None, :]
     own = n_keys - 1  # the row's position: its own key
-    cos = tl.zeros((DP,), tl.float32)
-    sin = tl.zeros((DP,), tl.float32)
-    if ROPE:
-        ang = own.to(tl.float32) * tl.load(inv_ptr + dc % HALF, mask=dmask, other=0.0)
-        cos = tl.cos(ang)
-        sin = tl.sin(ang)
+    cos, sin = _rope_angles(own, inv_ptr, dc, dmask, HALF, ROPE)
     q = _rope_row(q_ptr + r * sq + head[:, None] * HD, dc[None, :], hmask, cos[None, :],
                   sin[None, :], HALF, ROPE)
     q = q.to(q_ptr.dtype.element_ty).to(kc_ptr.dtype.element_ty){up}
@@ -415,9 +409,9 @@ def _merge_head(acc_ptr, ml_ptr, o_ptr, rh, o_off, splits, active, SP: tl.conste
 
 def source(name: str, spec: AttentionSpec, header: str = "") -> str:
     rope_kv, attend, split = kernel_names(name)
-    return (f"{comment(header)}import triton\nimport triton.language as tl\n\n{_ROTATE}\n"
+    return (f"{comment(header)}import triton\nimport triton.language as tl\n\n{_ROPE}\n"
             f"{_rope_kv_source(rope_kv, spec)}\n{_attend_source(attend, spec)}\n{_CHUNK}\n"
-            f"{_MERGE}\n{_ROPE_ROW}\n{_split_source(split, spec)}")
+            f"{_MERGE}\n{_split_source(split, spec)}")
 
 
 def _check(*tensors: torch.Tensor) -> None:

@@ -112,11 +112,6 @@ def _constexprs(spec: HCPreSpec) -> list[str]:
     return [f"{k}: tl.constexpr = {vals[k]!r}" for k in _CONSTS]
 
 
-def finish_source(spec: HCPreSpec) -> str:
-    """The `_finish_row` helper alone (a GEMM that finishes the site it feeds includes it)."""
-    return _finish_row_source(spec)
-
-
 def finish_args(spec: HCPreSpec) -> list[str]:
     """`_finish_row`'s constexpr arguments after its runtime ones, as source literals."""
     b = _blocks(spec)
@@ -196,7 +191,8 @@ for _ in range(ITERS - 1):
 """
 
 
-def _finish_row_source(spec: HCPreSpec) -> str:
+def finish_source(spec: HCPreSpec) -> str:
+    """The `_finish_row` helper (a GEMM that finishes the site it feeds includes it too)."""
     # passes over X: sum(x^2) for the stream norm, sum(y^2) for out_eps, then y
     whole = _blocks(spec)["BLOCK_Y"] >= spec.d  # the row is one register tile: one X read
     y = "y = tl.sum(pre[:, None] * x, axis=0)\n"
@@ -371,7 +367,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
     return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
-            f"{_partials_source()}\n{_finish_row_source(spec)}\n{_kernels_source(name, spec)}")
+            f"{_partials_source()}\n{finish_source(spec)}\n{_kernels_source(name, spec)}")
 
 
 def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]:

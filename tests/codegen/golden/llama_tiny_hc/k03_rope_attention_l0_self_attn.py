@@ -13,14 +13,28 @@ import triton.language as tl
 
 
 @triton.jit
-def _rope_heads(src, dst, mask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
-    """Rotate-half RoPE of a [heads, HALF] tile pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)."""
-    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
+def _rope_angles(p, inv_ptr, dc, dmask, HALF: tl.constexpr, ROPE: tl.constexpr):
+    """(cos, sin) of position p for every head-dim column dc (column c pairs with c +- HALF and
+    shares its frequency, inv[c % HALF]); zeros without RoPE."""
+    cos = tl.zeros(dc.shape, tl.float32)
+    sin = tl.zeros(dc.shape, tl.float32)
     if ROPE:
-        x1, x2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-    tl.store(dst, x1.to(dst.dtype.element_ty), mask=mask)
-    tl.store(dst + HALF, x2.to(dst.dtype.element_ty), mask=mask)
+        ang = p.to(tl.float32) * tl.load(inv_ptr + dc % HALF, mask=dmask, other=0.0)
+        cos = tl.cos(ang)
+        sin = tl.sin(ang)
+    return cos, sin
+
+
+@triton.jit
+def _rope_row(ptr, dc, dmask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
+    """Rotate-half RoPE of rows at ptr + dc in fp32: x c + (-x2 | x1) s, the partner half of
+    each element loaded beside it (cos, sin: per dc)."""
+    x = tl.load(ptr + dc, mask=dmask, other=0.0).to(tl.float32)
+    if ROPE:
+        lower = dc < HALF
+        xp = tl.load(ptr + tl.where(lower, dc + HALF, dc - HALF), mask=dmask, other=0.0)
+        x = x * cos + tl.where(lower, -xp.to(tl.float32), xp.to(tl.float32)) * sin
+    return x
 
 
 @triton.jit
@@ -30,35 +44,31 @@ def k03_rope_attention_l0_self_attn_rope_kv(q_ptr, k_ptr, v_ptr, pos_ptr, slot_p
         HD: tl.constexpr = 16, HALF: tl.constexpr = 8,
         HP: tl.constexpr = 4,
         HKVP: tl.constexpr = 2,
-        HALFP: tl.constexpr = 8, ROPE: tl.constexpr = True):
+        DP: tl.constexpr = 16, ROPE: tl.constexpr = True):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     row = tl.program_id(0).to(tl.int64)
     p = tl.load(pos_ptr + row)
     s = tl.load(slot_ptr + row)
-    c = tl.arange(0, HALFP)
-    cmask = c < HALF
-    cos = tl.zeros((1, HALFP), tl.float32)
-    sin = tl.zeros((1, HALFP), tl.float32)
-    if ROPE:
-        ang = p.to(tl.float32) * tl.load(inv_ptr + c, mask=cmask, other=0.0)
-        cos = tl.cos(ang)[None, :]
-        sin = tl.sin(ang)[None, :]
+    dc = tl.arange(0, DP)
+    dmask = dc < HD
+    cos, sin = _rope_angles(p, inv_ptr, dc, dmask, HALF, ROPE)
+    cos = cos[None, :]
+    sin = sin[None, :]
     h = tl.arange(0, HP)[:, None]
-    _rope_heads(q_ptr + row * sq + h * HD + c[None, :], qo_ptr + row * sqo + h * HD + c[None, :],
-                (h < H) & cmask[None, :], cos, sin, HALF, ROPE)
+    qmask = (h < H) & dmask[None, :]
+    q = _rope_row(q_ptr + row * sq + h * HD, dc[None, :], qmask, cos, sin, HALF, ROPE)
+    tl.store(qo_ptr + row * sqo + h * HD + dc[None, :], q.to(qo_ptr.dtype.element_ty), mask=qmask)
 
     # padding rows (slot < 0) and out-of-range positions must not touch the caches
     keep = (s >= 0) & (p >= 0) & (p < capacity)
     s = tl.where(keep, s, 0)
     p = tl.where(keep, p, 0)
     hk = tl.arange(0, HKVP)[:, None]
-    kmask = (hk < HKV) & cmask[None, :] & keep
-    _rope_heads(k_ptr + row * sk + hk * HD + c[None, :],
-                kc_ptr + s * kc_s0 + p * kc_s1 + hk * kc_s2 + c[None, :],
-                kmask, cos, sin, HALF, ROPE)
-    _rope_heads(v_ptr + row * sv + hk * HD + c[None, :],
-                vc_ptr + s * vc_s0 + p * vc_s1 + hk * vc_s2 + c[None, :],
-                kmask, cos, sin, HALF, False)
+    kmask = (hk < HKV) & dmask[None, :] & keep
+    kn = _rope_row(k_ptr + row * sk + hk * HD, dc[None, :], kmask, cos, sin, HALF, ROPE)
+    tl.store(kc_ptr + s * kc_s0 + p * kc_s1 + hk * kc_s2 + dc[None, :], kn.to(kc_ptr.dtype.element_ty), mask=kmask)
+    vn = tl.load(v_ptr + row * sv + hk * HD + dc[None, :], mask=kmask, other=0.0)
+    tl.store(vc_ptr + s * vc_s0 + p * vc_s1 + hk * vc_s2 + dc[None, :], vn.to(vc_ptr.dtype.element_ty), mask=kmask)
 
 
 @triton.jit
@@ -158,18 +168,6 @@ def _merge_head(acc_ptr, ml_ptr, o_ptr, rh, o_off, splits, active, SP: tl.conste
 
 
 @triton.jit
-def _rope_row(ptr, dc, dmask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
-    """Rotate-half RoPE of rows at ptr + dc in fp32: x c + (-x2 | x1) s, the partner half of
-    each element loaded beside it (cos, sin: per dc)."""
-    x = tl.load(ptr + dc, mask=dmask, other=0.0).to(tl.float32)
-    if ROPE:
-        lower = dc < HALF
-        xp = tl.load(ptr + tl.where(lower, dc + HALF, dc - HALF), mask=dmask, other=0.0)
-        x = x * cos + tl.where(lower, -xp.to(tl.float32), xp.to(tl.float32)) * sin
-    return x
-
-
-@triton.jit
 def k03_rope_attention_l0_self_attn_split(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr,
         ml_ptr, cnt_ptr, sq, sk, sv, so, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,
         SP: tl.constexpr, H: tl.constexpr = 4, HKV: tl.constexpr = 2,
@@ -199,12 +197,7 @@ def k03_rope_attention_l0_self_attn_split(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, 
         return
     hmask = (g < G)[:, None] & dmask[None, :]
     own = n_keys - 1  # the row's position: its own key
-    cos = tl.zeros((DP,), tl.float32)
-    sin = tl.zeros((DP,), tl.float32)
-    if ROPE:
-        ang = own.to(tl.float32) * tl.load(inv_ptr + dc % HALF, mask=dmask, other=0.0)
-        cos = tl.cos(ang)
-        sin = tl.sin(ang)
+    cos, sin = _rope_angles(own, inv_ptr, dc, dmask, HALF, ROPE)
     q = _rope_row(q_ptr + r * sq + head[:, None] * HD, dc[None, :], hmask, cos[None, :],
                   sin[None, :], HALF, ROPE)
     q = q.to(q_ptr.dtype.element_ty).to(kc_ptr.dtype.element_ty)
