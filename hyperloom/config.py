@@ -20,10 +20,9 @@ class Config:
                              metadata={"help": "per-sequence cache capacity (tokens)"})
     max_sequences: int = field(default=8, metadata={"help": "sequence slots in the state pools"})
     prefill_chunk: int = field(default=256, metadata={"help": "rows per prefill step (arena rows)"})
-    kv_block_size: int = field(default=0, metadata={"help": "tokens per KV-cache block, a power "
-                                                    "of two >= 16 (0: one contiguous cache per "
-                                                    "slot, the default until the GPU suite runs "
-                                                    "paged; 64 decodes as fast: BENCHMARKS)"})
+    kv_block_size: int = field(default=64, metadata={"help": "tokens per KV-cache block, a power "
+                                                     "of two >= 16 (0: one contiguous cache per "
+                                                     "slot; 64 decodes as fast: BENCHMARKS)"})
     kv_blocks: int = field(default=0, metadata={"help": "KV-cache blocks in the pool (0: enough "
                                                 "for every slot at full length)"})
     pdl: bool = field(default=True, metadata={"help": "kernels wait on their predecessor grid "

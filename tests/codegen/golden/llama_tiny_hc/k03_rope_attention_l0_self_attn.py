@@ -39,12 +39,13 @@ def _rope_row(ptr, dc, dmask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
 
 @triton.jit
 def k03_rope_attention_l0_self_attn_rope_kv(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_ptr,
-        sq, sk, sv, sqo, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,
+        sq, sk, sv, sqo, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity, bt_ptr, bt_s0,
         H: tl.constexpr = 4, HKV: tl.constexpr = 2,
         HD: tl.constexpr = 16, HALF: tl.constexpr = 8,
         HP: tl.constexpr = 4,
         HKVP: tl.constexpr = 2,
-        DP: tl.constexpr = 16, ROPE: tl.constexpr = True):
+        DP: tl.constexpr = 16, ROPE: tl.constexpr = True,
+        PAGE: tl.constexpr = 64):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     row = tl.program_id(0).to(tl.int64)
     p = tl.load(pos_ptr + row)
@@ -63,21 +64,23 @@ def k03_rope_attention_l0_self_attn_rope_kv(q_ptr, k_ptr, v_ptr, pos_ptr, slot_p
     keep = (s >= 0) & (p >= 0) & (p < capacity)
     s = tl.where(keep, s, 0)
     p = tl.where(keep, p, 0)
+    b = tl.load(bt_ptr + s * bt_s0 + p // PAGE, mask=keep, other=0).to(tl.int64)
     hk = tl.arange(0, HKVP)[:, None]
     kmask = (hk < HKV) & dmask[None, :] & keep
     kn = _rope_row(k_ptr + row * sk + hk * HD, dc[None, :], kmask, cos, sin, HALF, ROPE)
-    tl.store(kc_ptr + s * kc_s0 + p * kc_s1 + hk * kc_s2 + dc[None, :], kn.to(kc_ptr.dtype.element_ty), mask=kmask)
+    tl.store(kc_ptr + b * kc_s0 + (p % PAGE) * kc_s1 + hk * kc_s2 + dc[None, :], kn.to(kc_ptr.dtype.element_ty), mask=kmask)
     vn = tl.load(v_ptr + row * sv + hk * HD + dc[None, :], mask=kmask, other=0.0)
-    tl.store(vc_ptr + s * vc_s0 + p * vc_s1 + hk * vc_s2 + dc[None, :], vn.to(vc_ptr.dtype.element_ty), mask=kmask)
+    tl.store(vc_ptr + b * vc_s0 + (p % PAGE) * vc_s1 + hk * vc_s2 + dc[None, :], vn.to(vc_ptr.dtype.element_ty), mask=kmask)
 
 
 @triton.jit
 def k03_rope_attention_l0_self_attn(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, rows, sq, so,
-        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2,
+        kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, bt_ptr, bt_s0,
         BLOCK_M: tl.constexpr, GP: tl.constexpr,
         G: tl.constexpr = 2, HD: tl.constexpr = 16,
         DP: tl.constexpr = 16,
-        BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085):
+        BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085,
+        PAGE: tl.constexpr = 64):
     BM: tl.constexpr = BLOCK_M * GP
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     kvh = tl.program_id(1)
@@ -107,34 +110,41 @@ def k03_rope_attention_l0_self_attn(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_
         cur = tl.min(tl.where(todo, slot, 2147483647), axis=0)
         sel = todo & (slot == cur)
         hi = tl.max(tl.where(sel, pos, -1), axis=0) + 1
-        k_base = kc_ptr + cur * kc_s0 + kvh * kc_s2
-        v_base = vc_ptr + cur * vc_s0 + kvh * vc_s2
+        k_base = kc_ptr + kvh * kc_s2
+        v_base = vc_ptr + kvh * vc_s2
         # keys below `full` are visible to every selected row: no causal mask there
         full = (tl.min(tl.where(sel, pos, 2147483647), axis=0) + 1) // BLOCK_N * BLOCK_N
+        bt_row = bt_ptr + cur * bt_s0
         for start in range(0, full, BLOCK_N):
             kp = start + n
             kmask = (kp < hi)[:, None] & dmask[None, :]
-            k = tl.load(k_base + kp[:, None] * kc_s1 + dc[None, :], mask=kmask, other=0.0)
+            blk = tl.load(bt_row + start // PAGE).to(tl.int64)
+            kr = blk * kc_s0 + (start % PAGE + n) * kc_s1
+            vr = blk * vc_s0 + (start % PAGE + n) * vc_s1
+            k = tl.load(k_base + kr[:, None] + dc[None, :], mask=kmask, other=0.0)
             s = tl.dot(q, tl.trans(k)) * QK_SCALE
             s = tl.where(sel[:, None], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(v_base + kp[:, None] * vc_s1 + dc[None, :], mask=kmask, other=0.0)
+            v = tl.load(v_base + vr[:, None] + dc[None, :], mask=kmask, other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty), v)
             m_i = m_new
         for start in range(full, hi, BLOCK_N):
             kp = start + n
             kmask = (kp < hi)[:, None] & dmask[None, :]
-            k = tl.load(k_base + kp[:, None] * kc_s1 + dc[None, :], mask=kmask, other=0.0)
+            blk = tl.load(bt_row + start // PAGE).to(tl.int64)
+            kr = blk * kc_s0 + (start % PAGE + n) * kc_s1
+            vr = blk * vc_s0 + (start % PAGE + n) * vc_s1
+            k = tl.load(k_base + kr[:, None] + dc[None, :], mask=kmask, other=0.0)
             s = tl.dot(q, tl.trans(k)) * QK_SCALE
             s = tl.where(sel[:, None] & (kp[None, :] <= pos[:, None]), s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(v_base + kp[:, None] * vc_s1 + dc[None, :], mask=kmask, other=0.0)
+            v = tl.load(v_base + vr[:, None] + dc[None, :], mask=kmask, other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty), v)
             m_i = m_new
         todo = todo & ~sel
@@ -169,12 +179,13 @@ def _merge_head(acc_ptr, ml_ptr, o_ptr, rh, o_off, splits, active, SP: tl.conste
 
 @triton.jit
 def k03_rope_attention_l0_self_attn_split(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_ptr, acc_ptr,
-        ml_ptr, cnt_ptr, sq, sk, sv, so, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,
+        ml_ptr, cnt_ptr, sq, sk, sv, so, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity, bt_ptr, bt_s0,
         SP: tl.constexpr, H: tl.constexpr = 4, HKV: tl.constexpr = 2,
         G: tl.constexpr = 2, GP: tl.constexpr = 16,
         HD: tl.constexpr = 16, DP: tl.constexpr = 16,
         HALF: tl.constexpr = 8, ROPE: tl.constexpr = True,
-        BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085):
+        BLOCK_N: tl.constexpr = 64, QK_SCALE: tl.constexpr = 0.36067376022224085,
+        PAGE: tl.constexpr = 64):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     r = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
@@ -202,10 +213,11 @@ def k03_rope_attention_l0_self_attn_split(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, 
                   sin[None, :], HALF, ROPE)
     q = q.to(q_ptr.dtype.element_ty).to(kc_ptr.dtype.element_ty)
     if (hi == n_keys) & (own < capacity):  # this split holds the row's own key: write it first
+        b = tl.load(bt_ptr + cur * bt_s0 + own // PAGE).to(tl.int64)
         kn = _rope_row(k_ptr + r * sk + kvh * HD, dc, dmask, cos, sin, HALF, ROPE)
-        tl.store(kc_ptr + cur * kc_s0 + own * kc_s1 + kvh * kc_s2 + dc, kn.to(kc_ptr.dtype.element_ty), mask=dmask)
+        tl.store(kc_ptr + b * kc_s0 + (own % PAGE) * kc_s1 + kvh * kc_s2 + dc, kn.to(kc_ptr.dtype.element_ty), mask=dmask)
         vn = tl.load(v_ptr + r * sv + kvh * HD + dc, mask=dmask, other=0.0)
-        tl.store(vc_ptr + cur * vc_s0 + own * vc_s1 + kvh * vc_s2 + dc, vn.to(vc_ptr.dtype.element_ty), mask=dmask)
+        tl.store(vc_ptr + b * vc_s0 + (own % PAGE) * vc_s1 + kvh * vc_s2 + dc, vn.to(vc_ptr.dtype.element_ty), mask=dmask)
         tl.debug_barrier()  # the stores are visible to the whole program's key loads
 
     # keys lo..hi-1, all visible to the row (decode: its own position is the last key)
@@ -213,19 +225,25 @@ def k03_rope_attention_l0_self_attn_split(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, 
     l_i = tl.zeros((GP,), tl.float32)
     acc = tl.zeros((GP, DP), tl.float32)
     n = tl.arange(0, BLOCK_N)
-    k_base = kc_ptr + cur * kc_s0 + kvh * kc_s2
-    v_base = vc_ptr + cur * vc_s0 + kvh * vc_s2
+    k_base = kc_ptr + kvh * kc_s2
+    v_base = vc_ptr + kvh * vc_s2
+    bt_row = bt_ptr + cur * bt_s0
+    blk_next = tl.load(bt_row + lo // PAGE)
     for start in range(lo, hi, BLOCK_N):
         kp = start + n
         kmask = (kp < hi)[:, None] & dmask[None, :]
-        k = tl.load(k_base + kp[:, None] * kc_s1 + dc[None, :], mask=kmask, other=0.0)
+        blk = blk_next.to(tl.int64)
+        blk_next = tl.load(bt_row + tl.minimum(start + BLOCK_N, hi - 1) // PAGE)
+        kr = blk * kc_s0 + (start % PAGE + n) * kc_s1
+        vr = blk * vc_s0 + (start % PAGE + n) * vc_s1
+        k = tl.load(k_base + kr[:, None] + dc[None, :], mask=kmask, other=0.0)
         s = tl.dot(q, tl.trans(k)) * QK_SCALE
         s = tl.where((kp < hi)[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_base + kp[:, None] * vc_s1 + dc[None, :], mask=kmask, other=0.0)
+        v = tl.load(v_base + vr[:, None] + dc[None, :], mask=kmask, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty), v)
         m_i = m_new
     # partials of (row, head, split sp): acc [r, head, sp, :HD], m, l [r, head, 0|1, sp]
