@@ -58,7 +58,7 @@ def test_prefill_and_16_decode_steps_match_the_reference(model, config):
 
 
 @pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])
-def test_folded_sites_match_the_reference(model, config):
+def test_folded_and_plain_sites_match_the_reference(model, config):
     # fold_sites: a one-row step finishes each mHC site in the GEMM that wrote its streams
     # (projection partials, ticket, Sinkhorn and y in the last program); wider steps do not
     with overrides(fold_sites=True):
@@ -69,6 +69,7 @@ def test_folded_sites_match_the_reference(model, config):
             plain = _plan(model, config).plan
         assert comp.plan.launches(1) == plain.launches(1) - len(folded)
         assert comp.plan.launches(65) == plain.launches(65)
+    with overrides(fold_sites=False):  # the default folds: the plain form is checked here
         test_prefill_and_16_decode_steps_match_the_reference(model, config)
 
 

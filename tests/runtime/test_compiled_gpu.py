@@ -90,7 +90,7 @@ def test_paged_cuda_graph_batch_equals_sequences_alone(monkeypatch):
 @pytest.mark.parametrize("model, config, layers", [("llama", "tiny-hc", None),
                                                    ("llama", "bench", None),
                                                    ("glm5next", "tiny", 2)])
-def test_folded_sites_match_fp32_reference(model, config, layers, monkeypatch):
-    # fold_sites: one-row decode steps finish each mHC site in the GEMM before it
-    monkeypatch.setattr(CONFIG, "fold_sites", True)
+def test_plain_sites_match_fp32_reference(model, config, layers, monkeypatch):
+    # fold_sites off: every mHC site launches its own hc_pre at one row too
+    monkeypatch.setattr(CONFIG, "fold_sites", False)
     test_bf16_prefill_and_replayed_decode_match_fp32_reference(model, config, layers, 32)
