@@ -29,6 +29,10 @@ from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
 
 GEMV_ROWS = 16  # at most this many rows per expert on average: GEMV tiling
+# steps of at most FEW_ROWS rows read 256-deep K chunks: on the H200 at GLM-5.3-Flash's size,
+# batch 1 gate_up + down 69.4 + 41.4 us at 128 deep (4 stages) -> 65.7 + 35.5 at 256 (3 stages);
+# at batch 64 it is 1760 + 885 against 1773 + 884 (bench/results sweep notes: BENCHMARKS)
+FEW_ROWS = 4
 SMEM_BYTES = 160 * 1024  # pipelined operand tiles (as emitters.matmul)
 COMBINE_BLOCK = 1024
 ROUTE_BLOCKS = (128, 1024)  # pairs the route kernel sorts at a time: the fewest and most
@@ -252,7 +256,9 @@ def tiles(spec: ExpertsSpec, rows: int, gemv: bool | None = None, x_bytes: int =
     per_expert = rows * spec.top_k / spec.experts
     if gemv is None:
         gemv = rows <= GEMV_ROWS or per_expert <= GEMV_ROWS
-    if gemv:  # one 16-row tile per expert; ~2 programs a multiprocessor at decode
+    if gemv and rows <= FEW_ROWS:  # few experts, few programs: longer K chunks in flight
+        t = Tiles(16, 32, 32, 256, 1, 4, 3)
+    elif gemv:  # one 16-row tile per expert; ~2 programs a multiprocessor at decode
         t = Tiles(16, 32, 32, 128, 1, 4, 4)
     elif per_expert <= 64:
         t = Tiles(64, 64, 128, 64, 8, 4, 3)  # gate_up: two 64 x 64 accumulators, 128 registers
