@@ -211,8 +211,8 @@ def _kda_gate(entry: KernelEntry, o: Operands, device) -> Launch:
 
 
 def _dsa(entry: KernelEntry, o: Operands, device) -> Launch:
-    """Indexer: cache write + pool keys, pool scores, top-k; the score scratch serves every
-    indexer of this capacity."""
+    """Indexer: cache write + pool keys, pool scores, top-k; the score and selection scratch
+    serves every indexer of this capacity."""
     node, spec = entry.node, dsa_spec(entry.node, o.types)
     kerns = tuple(load(o.source(entry), n, device, entry.name)
                   for n in dsa.kernel_names(entry.name))
@@ -220,11 +220,11 @@ def _dsa(entry: KernelEntry, o: Operands, device) -> Launch:
     keys, pooled = (o.state[node.attrs.state + s] for s in (".keys", ".pooled"))
     table = o.state.table if spec.block_size else None  # paged: the slots' block tables
     dsa.check(spec, keys, pooled, table)
-    key = ("dsa_scores", qi.shape[0], pooled.shape[1])
+    key = ("dsa_work", qi.shape[0], pooled.shape[1])
     if key not in o.scratch:
         o.scratch[key] = dsa.scratch(qi.shape[0], pooled)
     args = dict(qi=qi, w=w, ki=ki, gate=gate, ape=ape, slot=slot, pos=pos, keys=keys,
-                pooled=pooled, scores=o.scratch[key], out=o[node.outs[0]], block_table=table)
+                pooled=pooled, work=o.scratch[key], out=o[node.outs[0]], block_table=table)
     return lambda rows, _: dsa.launch(kerns, spec, rows=rows, **args)
 
 

@@ -108,7 +108,7 @@ class Harness:
         (ix, mla), rows = self.kernels, b["rows"]
         dsa_emitter.launch(ix, self.dsa, qi=b["qi"], w=b["w"], ki=b["ki"], gate=b["gate"],
                            ape=self.ape, slot=b["slot"], pos=b["pos"], keys=self.keys,
-                           pooled=self.pooled, scores=b["scores"], out=b["index"], rows=rows,
+                           pooled=self.pooled, work=b["scores"], out=b["index"], rows=rows,
                            block_table=self.table)
         mla_emitter.launch(mla, self.mla, q=b["q"], c=b["c"], wkvb=self.wkvb, slot=b["slot"],
                            pos=b["pos"], index=b["index"], latent=self.latent, out=b["out"],
@@ -214,26 +214,61 @@ def stable_topk(scores: torch.Tensor, k: int) -> list[int]:
     return sorted(order[:k].tolist())
 
 
-# 1500: two SMALL_BLOCKs (up to SMALL_POOLS); 9000: three SELECT_BLOCKs
-@pytest.mark.parametrize("n", [0, 3, 16, 17, 300, 1500, 2500, 9000])
-def test_radix_select_equals_a_stable_topk(n: int) -> None:
+def select_kernels(spec: DSASpec, device: str) -> tuple:
+    return tuple(load(dsa_emitter.source("ix", spec), n, device, "ix")
+                 for n in dsa_emitter.kernel_names("ix")[2:])
+
+
+def run_select(spec: DSASpec, scores: torch.Tensor, pos: torch.Tensor,
+               pools: int | None = None) -> torch.Tensor:
+    """The selection alone on scores [rows, >= pools] (the cache's pools, all by default)."""
+    rows, pools = scores.shape[0], scores.shape[1] if pools is None else pools
+    work = dsa_emitter.scratch(rows, scores.new_empty((1, pools, 1)))
+    work.scores.copy_(scores[:, : work.scores.shape[1]])
+    out = torch.zeros(rows, spec.width, dtype=torch.int32, device=scores.device)
+    dsa_emitter.select(select_kernels(spec, scores.device.type), spec, work=work,
+                       slot=torch.zeros(rows, dtype=torch.long, device=scores.device),
+                       pos=pos.to(scores.device), out=out, rows=rows, pools=pools)
+    return out
+
+
+# 1500: two SMALL_BLOCKs in one program; 2500, 9000: segments of SEG (3 and 9); with GB = 2 the
+# segments' sums take several loads
+@pytest.mark.parametrize("n, gb", [(0, 16), (3, 16), (16, 16), (17, 16), (300, 16), (1500, 16),
+                                   (2500, 16), (9000, 2)])
+def test_radix_select_equals_a_stable_topk(n: int, gb: int, monkeypatch) -> None:
+    monkeypatch.setattr(dsa_emitter, "GB", gb)
     spec = DSASpec(4, 16, 64, 4, True)
-    kernel = load(dsa_emitter.source("ix", spec), "ix", "cpu")
     gen = torch.Generator().manual_seed(n)
     scores = torch.randn(3, max(n, 1), generator=gen)
     scores[0] = torch.randint(-3, 4, (max(n, 1),), generator=gen).float()  # heavy ties
     scores[0, ::7] = -0.0  # ties +0.0
     scores[1] = scores[1] * torch.logspace(-30, 30, max(n, 1))  # wide range
     pos = torch.tensor([4 * n + 2, 4 * n + 3, 4 * n - 1]).clamp(min=0)  # tails 3, 0 and 0
-    out = torch.zeros(3, spec.width, dtype=torch.int32)
-    dsa_emitter.select(kernel, spec, scores=scores, slot=torch.zeros(3, dtype=torch.long),
-                       pos=pos, out=out, rows=3, pools=n)
+    out = run_select(spec, scores, pos, n)
     for r in range(3):
         k = min(16, n)
         want = stable_topk(scores[r, :n], k)
         toks = (torch.tensor(want, dtype=torch.int32)[:, None] * 4 + torch.arange(4)).flatten()
         assert torch.equal(out[r, : 4 * k], toks.int()), f"row {r}"
         assert (out[r, 4 * k: 64] == -1).all()
+        tail = pos[r].item() + 1 - (pos[r].item() + 1) % 4
+        assert out[r, 64:].tolist() == [t if t <= pos[r] else -1 for t in range(tail, tail + 3)]
+
+
+def test_segmented_select_of_rows_with_few_pools_visible() -> None:
+    """A cache of 3000 pools (segmented) whose rows see 10 (dense), 1100 (two segments) and
+    3000 pools: each takes the stable top-k of its own pools."""
+    spec = DSASpec(4, 16, 64, 4, False)
+    scores = torch.randn(3, 3000, generator=torch.Generator().manual_seed(1))
+    pos = torch.tensor([4 * 10 - 1, 4 * 1100 - 1, 4 * 3000 - 1])
+    out = run_select(spec, scores, pos)
+    for r, n in enumerate((10, 1100, 3000)):
+        k = min(16, n)
+        want = stable_topk(scores[r, :n], k)
+        toks = (torch.tensor(want, dtype=torch.int32)[:, None] * 4 + torch.arange(4)).flatten()
+        assert torch.equal(out[r, : 4 * k], toks.int()), f"row {r}"
+        assert (out[r, 4 * k:] == -1).all()
 
 
 # -- indexer + attention --------------------------------------------------------------------
@@ -353,18 +388,16 @@ def test_gpu_bf16_glm_sizes(block_size: int) -> None:
 @pytest.mark.gpu
 def test_gpu_radix_select_32k_pools() -> None:
     spec = glm_specs()[0]
-    kernel = load(dsa_emitter.source("ix", spec), "ix", "cuda")
     gen = torch.Generator().manual_seed(0)
     n = 32768
     scores = torch.randn(4, n, generator=gen)
     scores[1] = torch.randint(-5, 6, (n,), generator=gen).float()
-    out = torch.zeros(4, spec.width, dtype=torch.int32, device="cuda")
-    pos = torch.full((4,), 4 * n - 1, device="cuda")
-    dsa_emitter.select(kernel, spec, scores=scores.cuda(), slot=torch.zeros(4, device="cuda",
-                       dtype=torch.long), pos=pos, out=out, rows=4, pools=n)
-    for r in range(4):
-        want = torch.tensor(stable_topk(scores[r], 512))
-        assert torch.equal(out[r, :2048].cpu().view(512, 4)[:, 0] // 4, want.int()), f"row {r}"
+    scores[2, : n // 2] = scores[2, n // 2:]  # every score twice
+    pos = torch.tensor([4 * n - 1, 4 * n - 1, 4 * n - 1, 4 * 1000 - 1])  # the last: 1000 pools
+    out = run_select(spec, scores.cuda(), pos).cpu()
+    for r, m in enumerate((n, n, n, 1000)):
+        want = torch.tensor(stable_topk(scores[r, :m], 512))
+        assert torch.equal(out[r, :2048].view(512, 4)[:, 0] // 4, want.int()), f"row {r}"
 
 
 @pytest.mark.gpu

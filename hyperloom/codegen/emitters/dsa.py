@@ -1,5 +1,5 @@
 """The DSA lightning indexer with k-pool compression (`hyperloom.ir.semantics.dsa`, SPEC "DSA"):
-three kernels in one module (`kernel_names`).
+five kernels in one module (`kernel_names`).
 
 {name}_pool, grid (rows,): row r writes [kI | gate] into keys [slots, S, 2d] at (slot, pos); the
 row that completes a pool (pos % P == P - 1) computes the pool's key once, sum_t softmax_t(gate_t
@@ -18,6 +18,12 @@ bits) finds the K-th largest score; pools above it are taken, ties at it lowest 
 expand to P token ids each, in pool order (the reference orders them by score; the set is
 the same), then -1 up to column topk, then the visible tokens of the incomplete tail pool.
 
+{name}_digits, {name}_write, grid (rows, segments of SEG pools): the same selection for caches of
+more than SMALL_POOLS pools, spread over a row's segments. Five launches of `digits` (PASS 0-4):
+each finishes the previous digit from every segment's histogram (PASS >= 1), then histograms its
+segment's next digit (PASS <= 3) or counts its keys above and at the K-th (PASS 4); `write`
+places each segment's pools after those of the earlier segments.
+
 Paged (spec.block_size = B > 0): keys is a block pool [num_blocks, B, 2d] behind a block table
 (`paging`); the pooled keys (one row per pool, 1/(2P) of the keys) stay one block per slot.
 """
@@ -35,11 +41,11 @@ from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
 
 BP = 64  # pools per score program
-# scores per iteration of the selection passes, by the launch's pool count: on the H200 at
-# 32768 pools 115.6 us at 4096 (8 warps), 141.3 at 2048, 162.2 at 1024, 16 warps no faster; at
-# 8192 pools 31.4 us at 4096, 43.3 at 1024; at 1024 pools 8.4 us at 1024, 16.9 at 4096. A cache a
-# little past a power of two (4160 tokens: 1040 pools) keeps the small block: up to SMALL_POOLS
-SELECT_BLOCK, SMALL_BLOCK, SMALL_POOLS = 4096, 1024, 2048
+# a cache of up to SMALL_POOLS pools selects in one program a row, SMALL_BLOCK scores an
+# iteration (on the H200 8.4 us at 1024 pools); larger ones in segments of SEG pools, one
+# program each (one program a row took 115.6 us at 32768 pools, 31.4 at 8192: BENCHMARKS)
+SMALL_BLOCK, SMALL_POOLS, SEG = 1024, 2048, 1024
+GB = 16  # segments' histograms or counts summed per load
 WARPS, SELECT_WARPS = 4, 8  # a row's selection is one program: give it more threads
 
 
@@ -60,9 +66,10 @@ class DSASpec:
         return self.topk + (self.kpool - 1 if self.select_tail else 0)
 
 
-def kernel_names(name: str) -> tuple[str, str, str]:
-    """(cache write + pool keys, pool scores, top-k selection) defined by source(name, ...)."""
-    return f"{name}_pool", f"{name}_score", name
+def kernel_names(name: str) -> tuple[str, ...]:
+    """(cache write + pool keys, pool scores, top-k selection in one program a row, the
+    segmented selection's passes and its write) defined by source(name, ...)."""
+    return f"{name}_pool", f"{name}_score", name, f"{name}_digits", f"{name}_write"
 
 
 def _pool_source(name: str, spec: DSASpec) -> str:
@@ -159,64 +166,76 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, sq, sw, pc_s0, pc_s
 _KEYS = '''
 @triton.jit
 def _ordered(x):
-    """fp32 scores -> int64 keys in [0, 2^32) with the scores' order (x not NaN)."""
+    \"\"\"fp32 scores -> int64 keys in [0, 2^32) with the scores' order (x not NaN).\"\"\"
     b = x.to(tl.int32, bitcast=True)
     return (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.int64) + 2147483648
 
 
 @triton.jit
 def _histogram(row_ptr, n, prefix, shift: tl.constexpr, BLOCK: tl.constexpr):
-    """Counts of the 8-bit digit at `shift` of the keys whose higher digits equal prefix's."""
+    \"\"\"Counts of the 8-bit digit at `shift` of the keys whose higher digits equal prefix's.\"\"\"
     hist = tl.zeros((256,), tl.int32)
-{loop_head}        j = start + tl.arange(0, BLOCK)
+{keys_head}        j = start + tl.arange(0, BLOCK)
         u = _ordered(tl.load(row_ptr + j, mask=j < n, other=0.0))
         match = (j < n) & ((u >> (shift + 8)) == (prefix >> (shift + 8)))
         hist += tl.histogram(((u >> shift) & 255).to(tl.int32), 256, mask=match)
-{loop_tail}    return hist
+{keys_tail}    return hist
+
+
+@triton.jit
+def _pick(hist, prefix, need, shift: tl.constexpr):
+    \"\"\"(prefix, need) with the digit at `shift` of the need-th largest key put in: hist counts
+    that digit among the keys matching prefix above it.\"\"\"
+    bins = tl.arange(0, 256)
+    at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
+    d = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
+    need -= tl.sum(tl.where(bins > d, hist, 0), axis=0)
+    return prefix + (d.to(tl.int64) << shift), need
 
 
 @triton.jit
 def _kth_key(row_ptr, n, k, BLOCK: tl.constexpr):
-    """(key, take): the k-th largest key of row[:n] and how many keys equal to it the top k hold
-    (radix select, most significant digit first)."""
+    \"\"\"(key, take): the k-th largest key of row[:n] and how many keys equal to it the top k hold
+    (radix select, most significant digit first).\"\"\"
     prefix = n.to(tl.int64) * 0
     need = k
-    bins = tl.arange(0, 256)
     for i in tl.static_range(4):  # digits at bits 24, 16, 8, 0
         hist = _histogram(row_ptr, n, prefix, 24 - 8 * i, BLOCK)
-        at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
-        d = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
-        need -= tl.sum(tl.where(bins > d, hist, 0), axis=0)
-        prefix += d.to(tl.int64) << (24 - 8 * i)
+        prefix, need = _pick(hist, prefix, need, 24 - 8 * i)
     return prefix, need
-'''
 
 
-def _select_source(name: str, spec: DSASpec) -> str:
-    p, pp = spec.kpool, triton.next_power_of_2(spec.kpool)
-    head, tail = runtime_loop("start", "0", "n", "BLOCK", " " * 4)
-    fill = min(1024, triton.next_power_of_2(spec.topk))
-    return f'''
 @triton.jit
-def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, K: tl.constexpr = {spec.topk // p},
-        P: tl.constexpr = {p}, PP: tl.constexpr = {pp}, TOPK: tl.constexpr = {spec.topk},
-        TAIL: tl.constexpr = {spec.select_tail and p > 1}, FILL: tl.constexpr = {fill},
-        BLOCK: tl.constexpr = {SELECT_BLOCK}):
-    r = tl.program_id(0).to(tl.int64)
-    s = tl.load(slot_ptr + r)
-    p = tl.load(pos_ptr + r)
-    n = tl.where(s >= 0, tl.minimum((p + 1) // P, npools), 0).to(tl.int32)  # visible pools
-    row = sc_ptr + r * ssc
-    out = out_ptr + r * so
-    thr = n.to(tl.int64) * 0 - 1  # every key is above -1: a dense row takes all its pools
-    take = n * 0
-    if n > K:
-        thr, take = _kth_key(row, n, K, BLOCK)
+def _summed(part_ptr, segs, GB: tl.constexpr):
+    \"\"\"The sum of the first `segs` rows of histograms part [segments, 256].\"\"\"
+    bins = tl.arange(0, 256)
+    hist = tl.zeros((256,), tl.int32)
+{sum_head}        g = g0 + tl.arange(0, GB)
+        hist += tl.sum(tl.load(part_ptr + g[:, None] * 256 + bins[None, :],
+                               mask=(g < segs)[:, None], other=0), axis=0)
+{sum_tail}    return hist
+
+
+@triton.jit
+def _earlier(cnt_ptr, g, GB: tl.constexpr):
+    \"\"\"(above, at): the counts [segments, 2] summed over the segments before g.\"\"\"
+    above = g * 0
+    at = g * 0
+{early_head}        i = g0 + tl.arange(0, GB)
+        above += tl.sum(tl.load(cnt_ptr + i * 2, mask=i < g, other=0), axis=0)
+        at += tl.sum(tl.load(cnt_ptr + i * 2 + 1, mask=i < g, other=0), axis=0)
+{early_tail}    return above, at
+
+
+@triton.jit
+def _emit(row, out, start, stop, thr, take, done, ties, P: tl.constexpr, PP: tl.constexpr,
+          BLOCK: tl.constexpr):
+    \"\"\"The pools of row[start:stop] above key thr, and those at it while the ties before them
+    number fewer than take, as P token ids each at out[done * P:] (done and ties: counted before
+    start); returns done after them.\"\"\"
     t = tl.arange(0, PP)
-    done = n * 0  # pools written so far
-    ties = n * 0  # keys equal to thr seen so far
-{head}        j = start + tl.arange(0, BLOCK)
-        jm = j < n
+{emit_head}        j = j0 + tl.arange(0, BLOCK)
+        jm = j < stop
         u = _ordered(tl.load(row + j, mask=jm, other=0.0))
         eq = jm & (u == thr)
         sel = jm & ((u > thr) | (eq & (ties + tl.cumsum(eq.to(tl.int32), axis=0) <= take)))
@@ -225,22 +244,116 @@ def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, K: tl.constexpr 
                  mask=sel[:, None] & (t < P)[None, :])
         done += tl.sum(sel.to(tl.int32), axis=0)
         ties += tl.sum(eq.to(tl.int32), axis=0)
-{tail}    for c0 in tl.static_range(0, TOPK, FILL):  # -1 after the selected pools' tokens
+{emit_tail}    return done
+
+
+@triton.jit
+def _finish(out, done, s, p, P: tl.constexpr, PP: tl.constexpr, TOPK: tl.constexpr,
+            TAIL: tl.constexpr, FILL: tl.constexpr):
+    \"\"\"-1 after the done selected pools' tokens, then the incomplete pool's visible tokens.\"\"\"
+    for c0 in tl.static_range(0, TOPK, FILL):
         col = c0 + tl.arange(0, FILL)
         tl.store(out + col, tl.full((FILL,), -1, tl.int32), mask=(col < TOPK) & (col >= done * P))
-    if TAIL:  # the visible tokens of the incomplete pool
+    if TAIL:
+        t = tl.arange(0, PP)
         count = tl.where(s >= 0, (p + 1) % P, 0)
         tok = p + 1 - count + t
         tl.store(out + TOPK + t, tl.where(t < count, tok, -1).to(tl.int32), mask=t < P - 1)
 '''
 
 
+def _keys_source() -> str:
+    loops = {"keys": ("start", "0", "n", "BLOCK"), "sum": ("g0", "0", "segs", "GB"),
+             "early": ("g0", "0", "g", "GB"), "emit": ("j0", "start", "stop", "BLOCK")}
+    parts = {}
+    for key, (var, lo, hi, step) in loops.items():
+        parts[f"{key}_head"], parts[f"{key}_tail"] = runtime_loop(var, lo, hi, step, " " * 4)
+    return _KEYS.format(**parts)
+
+
+def _select_source(name: str, spec: DSASpec) -> str:
+    p, pp = spec.kpool, triton.next_power_of_2(spec.kpool)
+    consts = (f"K: tl.constexpr = {spec.topk // p}, P: tl.constexpr = {p}, "
+              f"PP: tl.constexpr = {pp}, TOPK: tl.constexpr = {spec.topk},\n        "
+              f"TAIL: tl.constexpr = {spec.select_tail and p > 1}, "
+              f"FILL: tl.constexpr = {min(1024, triton.next_power_of_2(spec.topk))}, "
+              f"SEG: tl.constexpr = {SEG}")
+    visible = '''    r = tl.program_id(0).to(tl.int64)
+    s = tl.load(slot_ptr + r)
+    p = tl.load(pos_ptr + r)
+    n = tl.where(s >= 0, tl.minimum((p + 1) // P, npools), 0).to(tl.int32)  # visible pools
+'''
+    return f'''
+@triton.jit
+def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, BLOCK: tl.constexpr,
+        {consts}):
+{visible}    row = sc_ptr + r * ssc
+    thr = n.to(tl.int64) * 0 - 1  # every key is above -1: a dense row takes all its pools
+    take = n * 0
+    if n > K:
+        thr, take = _kth_key(row, n, K, BLOCK)
+    done = _emit(row, out_ptr + r * so, 0, n, thr, take, n * 0, n * 0, P, PP, BLOCK)
+    _finish(out_ptr + r * so, done, s, p, P, PP, TOPK, TAIL, FILL)
+
+
+@triton.jit
+def {name}_digits(sc_ptr, slot_ptr, pos_ptr, part_ptr, state_ptr, cnt_ptr, ssc, npools,
+        rows_cap, segs_cap, PASS: tl.constexpr, GB: tl.constexpr, {consts}):
+{visible}    g = tl.program_id(1)
+    segs = (n + SEG - 1) // SEG
+    if (n > K) & (g < segs):
+        st = state_ptr + (r * 5 + PASS) * 2  # (prefix, need) of this pass, by segment 0
+        if PASS == 0:
+            prefix = n.to(tl.int64) * 0
+            need = n * 0 + K
+        else:  # the previous pass's digit, from every segment's histogram
+            prev = part_ptr + (((PASS - 1) % 2) * rows_cap + r) * segs_cap * 256
+            prefix, need = _pick(_summed(prev, segs, GB), tl.load(st - 2),
+                                 tl.load(st - 1).to(tl.int32), 32 - 8 * PASS)
+        if g == 0:
+            tl.store(st, prefix)
+            tl.store(st + 1, need.to(tl.int64))
+        seg = sc_ptr + r * ssc + g * SEG
+        m = tl.minimum(n - g * SEG, SEG)
+        if PASS < 4:
+            hist = _histogram(seg, m, prefix, 24 - 8 * PASS, SEG)
+            part = part_ptr + ((PASS % 2) * rows_cap + r) * segs_cap * 256 + g * 256
+            tl.store(part + tl.arange(0, 256), hist)
+        else:  # prefix is the K-th key: this segment's keys above it and at it
+            j = tl.arange(0, SEG)
+            u = _ordered(tl.load(seg + j, mask=j < m, other=0.0))
+            cnt = cnt_ptr + (r * segs_cap + g) * 2
+            tl.store(cnt, tl.sum(((j < m) & (u > prefix)).to(tl.int32), axis=0))
+            tl.store(cnt + 1, tl.sum(((j < m) & (u == prefix)).to(tl.int32), axis=0))
+
+
+@triton.jit
+def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, state_ptr, cnt_ptr, ssc, so, npools,
+        segs_cap, GB: tl.constexpr, {consts}):
+{visible}    g = tl.program_id(1)
+    segs = (n + SEG - 1) // SEG
+    thr = n.to(tl.int64) * 0 - 1  # dense: every pool, those before this segment included
+    take = n * 0
+    done = g * SEG
+    ties = n * 0
+    if n > K:
+        st = state_ptr + (r * 5 + 4) * 2
+        thr = tl.load(st)
+        take = tl.load(st + 1).to(tl.int32)
+        above, ties = _earlier(cnt_ptr + r * segs_cap * 2, g, GB)
+        done = above + tl.minimum(ties, take)
+    if g < segs:
+        _emit(sc_ptr + r * ssc, out_ptr + r * so, g * SEG, tl.minimum(n, (g + 1) * SEG), thr,
+              take, done, ties, P, PP, SEG)
+    if g == 0:
+        _finish(out_ptr + r * so, tl.minimum(n, K), s, p, P, PP, TOPK, TAIL, FILL)
+'''
+
+
 def source(name: str, spec: DSASpec, header: str = "") -> str:
-    pool, score, select = kernel_names(name)
-    head, tail = runtime_loop("start", "0", "n", "BLOCK", " " * 4)
-    keys = _KEYS.format(loop_head=head, loop_tail=tail)
+    pool, score, select = kernel_names(name)[:3]
     return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
-            f"{_pool_source(pool, spec)}\n{_score_source(score, spec)}\n{keys}\n"
+            f"{_pool_source(pool, spec)}\n{_score_source(score, spec)}\n{_keys_source()}\n"
             f"{_select_source(select, spec)}")
 
 
@@ -263,30 +376,60 @@ def check(spec: DSASpec, keys: torch.Tensor, pooled: torch.Tensor,
     return capacity
 
 
-def scratch(max_rows: int, pooled: torch.Tensor) -> torch.Tensor:
-    """Pool scores fp32 [max_rows, S // P] (allocate once, outside captured launches)."""
-    return torch.empty((max_rows, max(1, pooled.shape[1])), dtype=torch.float32,
-                       device=pooled.device)
+@dataclass(frozen=True)
+class Work:
+    """Scratch of up to max_rows rows: pool scores fp32 [rows, S // P]; for the segmented
+    select, two generations of segment histograms int32 [2, rows, segments, 256], each pass's
+    (prefix, need) int64 [rows, 5, 2] and each segment's (above, at) counts int32 [rows,
+    segments, 2]."""
+    scores: torch.Tensor
+    part: torch.Tensor
+    state: torch.Tensor
+    counts: torch.Tensor
 
 
-def select(kernel, spec: DSASpec, *, scores: torch.Tensor, slot: torch.Tensor,
-           pos: torch.Tensor, out: torch.Tensor, rows: int, pools: int) -> None:
-    """Top-k of scores[:rows, :visible pools] (at most `pools`) into out [rows, width]."""
+def scratch(max_rows: int, pooled: torch.Tensor) -> Work:
+    """Allocate once, outside captured launches; serves every indexer of this capacity."""
+    pools, dev = max(1, pooled.shape[1]), pooled.device
+    segs = triton.cdiv(pools, SEG) if pools > SMALL_POOLS else 1
+    i32 = dict(dtype=torch.int32, device=dev)
+    return Work(torch.empty((max_rows, pools), dtype=torch.float32, device=dev),
+                torch.empty((2, max_rows, segs, 256), **i32),
+                torch.empty((max_rows, 5, 2), dtype=torch.int64, device=dev),
+                torch.empty((max_rows, segs, 2), **i32))
+
+
+def select(kernels, spec: DSASpec, *, work: Work, slot: torch.Tensor, pos: torch.Tensor,
+           out: torch.Tensor, rows: int, pools: int) -> None:
+    """Top-k of work.scores[:rows, :visible pools] (at most `pools`) into out [rows, width];
+    kernels: the three selection kernels of kernel_names, loaded."""
     _need(out.dtype == torch.int32 and out.shape[1] == spec.width and out.stride(1) == 1,
           f"DSA index: int32 [rows, {spec.width}], got {out.dtype} {tuple(out.shape)}")
-    _need(scores.shape[0] >= rows and scores.shape[1] >= pools and scores.stride(1) == 1,
+    sc = work.scores
+    _need(sc.shape[0] >= rows and sc.shape[1] >= pools and sc.stride(1) == 1,
           "DSA score scratch does not fit")
-    block = SMALL_BLOCK if pools <= SMALL_POOLS else SELECT_BLOCK  # fixed by the cache capacity
-    kernel[(rows,)](scores, slot, pos, out, scores.stride(0), out.stride(0), pools,
-                    BLOCK=block, num_warps=SELECT_WARPS)
+    one, digits, write = kernels
+    if pools <= SMALL_POOLS:  # fixed by the cache capacity: a captured launch stays valid
+        one[(rows,)](sc, slot, pos, out, sc.stride(0), out.stride(0), pools,
+                     BLOCK=SMALL_BLOCK, num_warps=SELECT_WARPS)
+        return
+    segs = triton.cdiv(pools, SEG)
+    _need(work.part.shape[1] >= rows and work.part.shape[2] >= segs,
+          "DSA selection scratch does not fit")
+    cap = work.part.shape[2]
+    for i in range(5):
+        digits[(rows, segs)](sc, slot, pos, work.part, work.state, work.counts, sc.stride(0),
+                             pools, work.part.shape[1], cap, PASS=i, GB=GB, num_warps=WARPS)
+    write[(rows, segs)](sc, slot, pos, out, work.state, work.counts, sc.stride(0),
+                        out.stride(0), pools, cap, GB=GB, num_warps=WARPS)
 
 
 def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: torch.Tensor,
            gate: torch.Tensor, ape: torch.Tensor, slot: torch.Tensor, pos: torch.Tensor,
-           keys: torch.Tensor, pooled: torch.Tensor, scores: torch.Tensor, out: torch.Tensor,
+           keys: torch.Tensor, pooled: torch.Tensor, work: Work, out: torch.Tensor,
            rows: int, block_table: torch.Tensor | None = None) -> None:
-    """Write, pool, score, select the first `rows` rows; kernels = kernel_names' three, loaded;
-    scores = scratch(>= rows, pooled); block_table int32 [slots, max_blocks] when paged. Grids
+    """Write, pool, score, select the first `rows` rows; kernels = kernel_names' five, loaded;
+    work = scratch(>= rows, pooled); block_table int32 [slots, max_blocks] when paged. Grids
     depend on rows and the capacity only."""
     capacity = check(spec, keys, pooled, block_table)
     table = paging.table_args(spec.block_size, block_table, keys)[0]
@@ -294,12 +437,12 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
           f"DSA ape: contiguous [{spec.kpool}, {spec.head_dim}]")
     if rows == 0:
         return
-    pool, score, top = kernels
+    pool, score, *top = kernels
     pools = pooled.shape[1]
     pool[(rows,)](ki, gate, ape, slot, pos, keys, pooled, ki.stride(0), gate.stride(0),
                   keys.stride(0), keys.stride(1), pooled.stride(0), pooled.stride(1), capacity,
                   *table, num_warps=WARPS)
     score[(rows, triton.cdiv(max(1, pools), BP))](
-        qi, w, slot, pos, pooled, scores, qi.stride(0), w.stride(0), pooled.stride(0),
-        pooled.stride(1), scores.stride(0), pools, num_warps=WARPS)
-    select(top, spec, scores=scores, slot=slot, pos=pos, out=out, rows=rows, pools=pools)
+        qi, w, slot, pos, pooled, work.scores, qi.stride(0), w.stride(0), pooled.stride(0),
+        pooled.stride(1), work.scores.stride(0), pools, num_warps=WARPS)
+    select(top, spec, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools)
