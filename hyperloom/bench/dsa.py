@@ -356,7 +356,8 @@ class DSABench:
             self._launch(st, self.kernels, 0)
             err, ties = self._check(name, st)
             t = {g: self._time(st, mask) for g, mask in GROUPS.items()}
-            r = DSAResult(name, fl.step, "bytes", t["step"], kernels=6, rel_err=err,
+            kernels = dsa_emitter.launches(st.pooled.shape[1]) + 3  # + absorb, attend, merge
+            r = DSAResult(name, fl.step, "bytes", t["step"], kernels=kernels, rel_err=err,
                           batch=batch, ctx=ctx)
             if self.profile_steps:
                 r.profile = profile_top(lambda: self._launch(st, self.kernels, 0), self.device,

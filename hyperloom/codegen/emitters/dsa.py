@@ -72,6 +72,11 @@ def kernel_names(name: str) -> tuple[str, ...]:
     return f"{name}_pool", f"{name}_score", name, f"{name}_digits", f"{name}_write"
 
 
+def launches(pools: int) -> int:
+    """Kernel launches of an indexer step over a cache of `pools` pools."""
+    return 3 if pools <= SMALL_POOLS else 8  # pool, score, select; or 5 passes + write
+
+
 def _pool_source(name: str, spec: DSASpec) -> str:
     bs = spec.block_size
     table, page = paging.params(bs)
