@@ -17,9 +17,13 @@ from the chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j) (j < i) an
 with q_i (j <= i), in 16-row blocks: off-diagonal blocks are tl.dot products of both sides decayed
 to the boundary between them, diagonal blocks a masked [16, 16, DK] product. Every exponent is a
 sum of g over a span of rows, never positive (g <= 0), so nothing overflows however steep the
-decay. T = (I + A)^-1 by forward substitution in blocks. Stores per row W = T (beta k exp(G)),
-U = T (beta v), Q' = q exp(G) - Aqk W, O' = Aqk U, K' = k exp(G_last - G), and exp(G_last) per
-chunk. Products in full fp32.
+decay. T = (I + A)^-1 by forward substitution in blocks. Stores the chunk's T and Aqk T ([C, C]
+each, lower blocks) and each row's (1 / |k|, scale / |q|, beta).
+
+{name}_rows, grid (chunk bound, heads, d / BK): one chunk, head and BK channels, with chunk-wide
+products: per row W = T (beta k exp(G)), U = T (beta v), Q' = q exp(G) - (Aqk T) (beta k exp(G)),
+O' = (Aqk T) (beta v), K' = k exp(G_last - G), and exp(G_last) per chunk. Products on tensor
+cores in TF32 on the GPU (they feed no solve; the in-chunk kernel's stay full fp32).
 
 {name}, grid (d / BV, heads, run bound): walks its run's chunks in order with S[:, BV columns]
 in registers, loaded once from state[slot] and stored once: V' = U - W S; o = O' + Q' S;
@@ -39,9 +43,11 @@ CHUNK = 64  # rows per chunk: the products' tile height
 SUB = 16  # rows per block of the in-chunk matrices (the smallest tl.dot tile)
 DK = 16  # channels per step of the in-chunk loops (the diagonal blocks' [16, 16, DK] product)
 BV = 32  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
-# sm_90a ptxas at 64 heads x 128 (bf16 in): plan 71 registers; intra 8 warps 255 registers, 100 B
-# spilled; walk 8 warps, 1 stage 148 registers, no spills, 60 KiB shared (2 stages: 228 KiB, over
-# the 227 KiB limit, so the walk must launch with num_stages=1)
+BK = 32  # channels per program of the row products: [C, BK] fp32 tiles beside T and Aqk T
+# sm_90a ptxas at 64 heads x 128 (bf16 in): plan 71 registers; intra 8 warps 255 registers, 124 B
+# spilled; rows 8 warps 118 registers, no spills (BK 64: 112 B spilled; fp32 FMA products instead
+# of TF32: 5 to 12 KB spilled); walk 8 warps, 1 stage 148 registers, no spills, 60 KiB shared (2
+# stages: 228 KiB, over the 227 KiB limit, so the walk must launch with num_stages=1)
 PLAN_ROWS = 1024  # rows per step of the plan's scan
 
 
@@ -70,6 +76,8 @@ class KDAChunkScratch:
     oi: torch.Tensor  # fp32 [rows, heads, d]: O' = Aqk U
     kd: torch.Tensor  # fp32 [rows, heads, d]: K' = k exp(G_last - G)
     decay: torch.Tensor  # fp32 [chunk bound, heads, d]: exp(G_last)
+    tp: torch.Tensor  # fp32 [chunk bound, heads, 2, C, C]: T, Aqk T (lower blocks only)
+    coef: torch.Tensor  # fp32 [rows, heads, 4]: 1 / |k|, scale / |q|, beta, unused
 
 
 def bounds(spec: KDAChunkSpec, rows: int, slots: int) -> tuple[int, int]:
@@ -80,20 +88,23 @@ def bounds(spec: KDAChunkSpec, rows: int, slots: int) -> tuple[int, int]:
 
 
 def scratch(spec: KDAChunkSpec, rows: int, slots: int, device) -> KDAChunkScratch:
-    """Allocate once (outside a captured launch) for the largest step: 5 d heads fp32 a row,
-    40 MiB for 256 rows at 64 heads x 128, 1.25 GiB for 8192 rows."""
+    """Allocate once (outside a captured launch) for the largest step: 5 d + C + 4 fp32 a row
+    and head, 53 MiB for 256 rows at 64 heads x 128, 1.6 GiB for 8192 rows."""
     runs, chunks = bounds(spec, rows, slots)
-    h, d = spec.heads, spec.head_dim
+    h, d, c = spec.heads, spec.head_dim, spec.chunk
     i32, f32 = dict(dtype=torch.int32, device=device), dict(dtype=torch.float32, device=device)
+    n = max(chunks, 1)
     return KDAChunkScratch(
-        torch.zeros(2, **i32), torch.zeros(runs + 1, **i32), torch.zeros(max(chunks, 1), **i32),
+        torch.zeros(2, **i32), torch.zeros(runs + 1, **i32), torch.zeros(n, **i32),
         *(torch.empty((rows, h, d), **f32) for _ in range(5)),
-        torch.empty((max(chunks, 1), h, d), **f32))
+        torch.empty((n, h, d), **f32), torch.empty((n, h, 2, c, c), **f32),
+        torch.empty((rows, h, 4), **f32))
 
 
-def kernel_names(name: str) -> tuple[str, str, str]:
-    """(plan, in-chunk products, chunk walk) defined by source(name, ...), in launch order."""
-    return f"{name}_plan", f"{name}_intra", name
+def kernel_names(name: str) -> tuple[str, str, str, str]:
+    """(plan, in-chunk solve, row products, chunk walk) defined by source(name, ...), in launch
+    order."""
+    return f"{name}_plan", f"{name}_intra", f"{name}_rows", name
 
 
 # ---------------------------------------------------------------- source
@@ -108,6 +119,12 @@ def _max(a, b):
 def _mm(a, b):
     """In-chunk products in full fp32: A feeds the triangular solve."""
     return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _tc(a, b):
+    """The row products on tensor cores (tf32, as the chunk walk's): they feed no solve."""
+    return tl.dot(a, b, input_precision="tf32")
 
 
 @triton.jit
@@ -181,8 +198,8 @@ def _sum(terms: list[str], empty: str) -> str:
 
 
 def _blocks(nc: int) -> str:
-    """Per block I: rows r{I}, live mask m{I}, beta b{I}, inverse norms nk{I}, nq{I}, scratch
-    rows at{I}."""
+    """Per block I: rows r{I}, live mask m{I}, beta b{I}, inverse norms nk{I}, nq{I} (also
+    stored for the row products)."""
     out = []
     for i in range(nc):
         out.append(f'''    r{i} = row0 + {i * SUB} + j
@@ -191,7 +208,10 @@ def _blocks(nc: int) -> str:
     b{i} = tl.where(m{i}, tl.sigmoid(b{i}), 0.)
     nk{i} = _rnorm(k_ptr, r{i}, m{i}, sk, h, D)
     nq{i} = _rnorm(q_ptr, r{i}, m{i}, sq, h, D) * Q_SCALE
-    at{i} = r{i}[:, None].to(tl.int64) * H + h  # scratch rows
+    cf = coef_ptr + (r{i}.to(tl.int64) * H + h) * 4
+    tl.store(cf, nk{i}, mask=m{i})
+    tl.store(cf + 1, nq{i}, mask=m{i})
+    tl.store(cf + 2, b{i}, mask=m{i})
 ''')
     return "".join(out)
 
@@ -201,14 +221,12 @@ def _pairs(nc: int) -> list[tuple[int, int]]:
 
 
 def _products(nc: int) -> str:
-    """The channel loop that sums A and Aqk (blocks a{I}_{J}, p{I}_{J}) and stores
-    k exp(G_last - G) and the chunk's decay."""
+    """The channel loop that sums A and Aqk (blocks a{I}_{J}, p{I}_{J})."""
     zeros = "".join(f"    a{i}_{j} = tl.zeros([BC, BC], dtype=tl.float32)\n"
                     f"    p{i}_{j} = tl.zeros([BC, BC], dtype=tl.float32)\n"
                     for i, j in _pairs(nc))
     body = ["    for c0 in range(0, D, DK):  # A sums over channels; decays are per channel",
-            "        col = h * D + c0 + kk",
-            "        ofs = c0 + kk[None, :]"]
+            "        col = h * D + c0 + kk"]
     for i in range(nc):
         body += [f"        k{i} = _tile(k_ptr, r{i}, m{i}, sk, col) * nk{i}[:, None]",
                  f"        q{i} = _tile(q_ptr, r{i}, m{i}, sq, col) * nq{i}[:, None]",
@@ -225,18 +243,13 @@ def _products(nc: int) -> str:
             body += [f"        kj = k{j} * tl.exp(gt{j} - gl{j} + {span})",
                      f"        a{i}_{j} += _mm(ki, tl.trans(kj))",
                      f"        p{i}_{j} += _mm(qi, tl.trans(kj))"]
-    for i in range(nc):
-        after = _sum([f"gt{x}" for x in range(i + 1, nc)], "0.")
-        body.append(f"        tl.store(kd_ptr + at{i} * D + ofs, k{i} * tl.exp(gt{i} - gl{i} + "
-                    f"{after}), mask=m{i}[:, None])")
-    total = _sum([f"gt{x}" for x in range(nc)], "0.")
-    body.append(f"        tl.store(decay_ptr + (i * H + h) * D + ofs, tl.exp({total}))")
     return zeros + "\n".join(body) + "\n"
 
 
 def _solve(nc: int) -> str:
     """T = (I + A)^-1 blockwise: T_ii by forward substitution, then for j < i
-    T_ij = -T_ii sum_{j <= l < i} A_il T_lj; and Aqk T (blocks p{I}_{J} from here on)."""
+    T_ij = -T_ii sum_{j <= l < i} A_il T_lj; and Aqk T (blocks p{I}_{J} from here on); both
+    stored (their lower blocks: the row products read the others as zeros)."""
     out = [f"    a{i}_{j} *= b{i}[:, None]\n" for i, j in _pairs(nc)]
     for i in range(nc):
         out.append(f"    t{i}_{i} = _unit_lower_inv(a{i}_{i}, BC)\n")
@@ -246,38 +259,22 @@ def _solve(nc: int) -> str:
     for i, j in _pairs(nc):  # in place, j ascending: p{i}_{x >= j} are still Aqk here
         terms = " + ".join(f"_mm(p{i}_{x}, t{x}_{j})" for x in range(j, i + 1))
         out.append(f"    p{i}_{j} = {terms}\n")
+    out.append("    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + j[:, None] * C "
+               "+ j[None, :]\n")
+    for i, j in _pairs(nc):
+        at = f"{i * SUB} * C + {j * SUB}"
+        out.append(f"    tl.store(tp + {at}, t{i}_{j})\n"
+                   f"    tl.store(tp + C * C + {at}, p{i}_{j})\n")
     return "".join(out)
 
 
-def _chunk_rows(nc: int) -> str:
-    """The channel loop that stores, per row, W = T x and U = T y (x = beta k exp(G), y = beta
-    v) and the state-free parts of the output, Q' = q exp(G) - (Aqk T) x and O' = (Aqk T) y."""
-    body = ["    for c0 in range(0, D, DK):", "        col = h * D + c0 + kk",
-            "        ofs = c0 + kk[None, :]",
-            "        base = tl.zeros([1, DK], dtype=tl.float32)  # log decay to the block's start"]
-    for j in range(nc):
-        body += [f"        g{j} = _tile(g_ptr, r{j}, m{j}, sg, col)",
-                 f"        e{j} = tl.exp(base + tl.cumsum(g{j}, 0))  # exp(G)",
-                 f"        base += tl.sum(g{j}, 0)[None, :]",
-                 f"        x{j} = _tile(k_ptr, r{j}, m{j}, sk, col) * (nk{j} * b{j})[:, None]",
-                 f"        x{j} *= e{j}",
-                 f"        y{j} = _tile(v_ptr, r{j}, m{j}, sv, col) * b{j}[:, None]"]
-    for i in range(nc):
-        def terms(mat: str, src: str) -> str:
-            return " + ".join(f"_mm({mat}{i}_{j}, {src}{j})" for j in range(i + 1))
-        body += [f"        qp = _tile(q_ptr, r{i}, m{i}, sq, col) * nq{i}[:, None] * e{i}",
-                 f"        qp -= {terms('p', 'x')}"]
-        for z, v in (("w", terms("t", "x")), ("u", terms("t", "y")), ("oi", terms("p", "y"))):
-            body += [f"        {z} = {v}",
-                     f"        tl.store({z}_ptr + at{i} * D + ofs, {z}, mask=m{i}[:, None])"]
-        body.append(f"        tl.store(qp_ptr + at{i} * D + ofs, qp, mask=m{i}[:, None])")
-    return "\n".join(body) + "\n"
-
-
 _PRODUCTS = ["w_ptr", "u_ptr", "qp_ptr", "oi_ptr", "kd_ptr", "decay_ptr"]
-_INTRA_ARGS = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "b_ptr", "slot_ptr", "rows", "sq", "sk", "sv",
-               "sg", "sb", "chunk_ptr", "count_ptr", *_PRODUCTS, "H: tl.constexpr",
-               "D: tl.constexpr"]
+_INTRA_ARGS = ["q_ptr", "k_ptr", "g_ptr", "b_ptr", "slot_ptr", "rows", "sq", "sk", "sg", "sb",
+               "chunk_ptr", "count_ptr", "tp_ptr", "coef_ptr", "H: tl.constexpr",
+               "D: tl.constexpr", "C: tl.constexpr"]
+_ROWS_ARGS = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "slot_ptr", "rows", "sq", "sk", "sv", "sg",
+              "chunk_ptr", "count_ptr", *_PRODUCTS, "tp_ptr", "coef_ptr", "H: tl.constexpr",
+              "D: tl.constexpr", "C: tl.constexpr", "BK: tl.constexpr"]
 _WALK_ARGS = ["slot_ptr", "state_ptr", "o_ptr", "rows", "so", "st_slot", "st_head", "chunk_ptr",
               "run_ptr", "count_ptr", *_PRODUCTS, "H: tl.constexpr", "D: tl.constexpr",
               "C: tl.constexpr", "BV: tl.constexpr"]
@@ -298,7 +295,48 @@ def _intra(name: str, spec: KDAChunkSpec) -> str:
     s = tl.load(slot_ptr + row0)
     j = tl.arange(0, BC)
     kk = tl.arange(0, DK)
-{_blocks(nc)}{_products(nc)}{_solve(nc)}{_chunk_rows(nc)}'''
+{_blocks(nc)}{_products(nc)}{_solve(nc)}'''
+
+
+def _rows(name: str) -> str:
+    return f'''
+@triton.jit
+{wrap(f"def {name}_rows(", _ROWS_ARGS, "):", 8)}
+    i = tl.program_id(0)
+    h = tl.program_id(1)
+    if i >= tl.load(count_ptr):  # past the step's chunks
+        return
+    row0 = tl.load(chunk_ptr + i)
+    s = tl.load(slot_ptr + row0)
+    t = tl.arange(0, C)
+    r = row0 + t
+    m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
+    at = r[:, None].to(tl.int64) * H + h
+    nk = tl.load(coef_ptr + at * 4, mask=m[:, None], other=0.)  # [C, 1]
+    nq = tl.load(coef_ptr + at * 4 + 1, mask=m[:, None], other=0.)
+    beta = tl.load(coef_ptr + at * 4 + 2, mask=m[:, None], other=0.)
+    c = tl.program_id(2) * BK + tl.arange(0, BK)  # this program's channels
+    col = h * D + c
+    g = _tile(g_ptr, r, m, sg, col)
+    gl = tl.cumsum(g, 0)  # G from the chunk's start
+    e = tl.exp(gl)
+    k = _tile(k_ptr, r, m, sk, col) * nk
+    x = k * beta * e
+    y = _tile(v_ptr, r, m, sv, col) * beta
+    low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # the stored blocks
+    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + t[:, None] * C + t[None, :]
+    tt = tl.load(tp, mask=low, other=0.)
+    pt = tl.load(tp + C * C, mask=low, other=0.)
+    ofs = at * D + c[None, :]
+    live = m[:, None]
+    tl.store(w_ptr + ofs, _tc(tt, x), mask=live)
+    tl.store(u_ptr + ofs, _tc(tt, y), mask=live)
+    tl.store(oi_ptr + ofs, _tc(pt, y), mask=live)
+    tl.store(qp_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e - _tc(pt, x), mask=live)
+    total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
+    tl.store(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), mask=live)
+    tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(total))
+'''
 
 
 def _walk(name: str) -> str:
@@ -343,6 +381,7 @@ import triton.language as tl
 {HELPERS}
 {_plan(name)}
 {_intra(name, spec)}
+{_rows(name)}
 {_walk(name)}'''
 
 
@@ -366,8 +405,10 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
     h, d = spec.heads, spec.head_dim
     check_operands(h, d, q, k, v, g, b, state, out, rows)
     runs, chunks = bounds(spec, rows, state.shape[0])
+    c = spec.chunk
     want = {**{n: (rows, h, d) for n in ("w", "u", "qp", "oi", "kd")}, "decay": (chunks, h, d),
-            "runs": (runs + 1,), "chunks": (chunks,)}
+            "tp": (chunks, h, 2, c, c), "coef": (rows, h, 4), "runs": (runs + 1,),
+            "chunks": (chunks,)}
     for name, shape in want.items():
         t = getattr(work, name)
         if t.dim() != len(shape) or any(a < b for a, b in zip(t.shape, shape)) \
@@ -386,14 +427,18 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     if work is None:
         work = scratch(spec, rows, state.shape[0], q.device)
     _check(spec, q, k, v, g, b, state, out, work, rows)
-    plan, intra, walk = kernels
+    plan, intra, rows_k, walk = kernels
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     runs, chunks = bounds(spec, rows, state.shape[0])
     tables = (work.chunks, work.count)
     products = (work.w, work.u, work.qp, work.oi, work.kd, work.decay)
     plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
-    intra[(chunks, h)](q, k, v, g, b, slot, rows, q.stride(0), k.stride(0), v.stride(0),
-                       g.stride(0), b.stride(0), *tables, *products, H=h, D=d, num_warps=8)
+    intra[(chunks, h)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
+                       b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c, num_warps=8)
+    bk = min(BK, d)
+    rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
+                                 g.stride(0), *tables, *products, work.tp, work.coef, H=h, D=d,
+                                 C=c, BK=bk, num_warps=8)
     bv = min(BV, d)
     walk[(d // bv, h, runs)](slot, state, out, rows, out.stride(0), state.stride(0),
                              state.stride(1), work.chunks, work.runs, work.count, *products,
