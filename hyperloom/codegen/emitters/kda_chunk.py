@@ -280,6 +280,16 @@ _WALK_ARGS = ["slot_ptr", "state_ptr", "o_ptr", "rows", "so", "st_slot", "st_hea
               "C: tl.constexpr", "BV: tl.constexpr"]
 
 
+# the first lines of a (chunk, head) program: chunk i's first row and slot
+_CHUNK_HEAD = """    i = tl.program_id(0)
+    h = tl.program_id(1)
+    if i >= tl.load(count_ptr):  # past the step's chunks
+        return
+    row0 = tl.load(chunk_ptr + i)
+    s = tl.load(slot_ptr + row0)
+"""
+
+
 def _intra(name: str, spec: KDAChunkSpec) -> str:
     nc = spec.chunk // SUB
     return f'''
@@ -287,13 +297,7 @@ def _intra(name: str, spec: KDAChunkSpec) -> str:
 {wrap(f"def {name}_intra(", _INTRA_ARGS + [f"BC: tl.constexpr = {SUB}",
       f"DK: tl.constexpr = {min(DK, spec.head_dim)}",
       f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}"], "):", 8)}
-    i = tl.program_id(0)
-    h = tl.program_id(1)
-    if i >= tl.load(count_ptr):  # past the step's chunks
-        return
-    row0 = tl.load(chunk_ptr + i)
-    s = tl.load(slot_ptr + row0)
-    j = tl.arange(0, BC)
+{_CHUNK_HEAD}    j = tl.arange(0, BC)
     kk = tl.arange(0, DK)
 {_blocks(nc)}{_products(nc)}{_solve(nc)}'''
 
@@ -302,13 +306,7 @@ def _rows(name: str) -> str:
     return f'''
 @triton.jit
 {wrap(f"def {name}_rows(", _ROWS_ARGS, "):", 8)}
-    i = tl.program_id(0)
-    h = tl.program_id(1)
-    if i >= tl.load(count_ptr):  # past the step's chunks
-        return
-    row0 = tl.load(chunk_ptr + i)
-    s = tl.load(slot_ptr + row0)
-    t = tl.arange(0, C)
+{_CHUNK_HEAD}    t = tl.arange(0, C)
     r = row0 + t
     m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
     at = r[:, None].to(tl.int64) * H + h
