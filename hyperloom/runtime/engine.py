@@ -59,14 +59,16 @@ class CompiledEngine(Engine):
 def _state_store(comps: dict, decls: tuple[StateDecl, ...], slots: int, capacity: int,
                  device: torch.device) -> StateStore:
     """Paged blocks for the token caches that kernels own (one row per position: not the DSA
-    pooled keys, one row per pool); contiguous state for the rest."""
+    pooled keys, one row per pool); contiguous state for the rest, sized for whole blocks (the
+    positions a slot's block table spans; the engine still refuses lengths past max_seq_len)."""
     bs = CONFIG.kv_block_size
     paged = {d.name for c in comps.values() for n in c.graph.nodes if n.op in PAGED_OPS
              for d in decls if d.name.startswith(n.state + ".") and d.type.shape[0] == S} \
         if bs else set()
     if not paged:
         return StateStore(decls, slots, capacity, device)
-    blocks = CONFIG.kv_blocks or slots * -(-capacity // bs)
+    capacity = -(-capacity // bs) * bs
+    blocks = CONFIG.kv_blocks or slots * capacity // bs
     return PagedStateStore(decls, paged, slots, capacity, bs, blocks, device)
 
 

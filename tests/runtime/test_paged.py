@@ -68,6 +68,26 @@ def test_compiled_engine_on_a_small_pool():
     assert_close(eng.prefill(c, ids[20:25]), ref.prefill(rc, ids[20:25]), torch.float32, "c")
 
 
+@pytest.mark.parametrize("max_len", [24, 40])  # below one 64-token block; not a multiple
+def test_capacity_off_the_block_size(max_len: int):
+    """Pages of 64 (the default) over a capacity that is not a whole number of blocks: GLM's
+    per-slot pooled keys are sized for the blocks the table spans; a prompt and decode steps to
+    max_seq_len equal the reference, and one token more is refused before launch."""
+    spec = hyperloom.build("glm5next", "tiny", dtype=torch.float32)
+    w = random_weights(spec, seed=2)
+    with overrides(kv_block_size=64):
+        eng = hyperloom.engine(spec, w, max_seq_len=max_len, max_sequences=2, prefill_chunk=8)
+    ref = hyperloom.engine(spec, w, backend="reference", max_seq_len=max_len, max_sequences=2)
+    ids = torch.randint(0, 256, (max_len - 2,), generator=torch.Generator().manual_seed(4))
+    a, ra = eng.new_sequence(), ref.new_sequence()
+    assert_close(eng.prefill(a, ids), ref.prefill(ra, ids), torch.float32, "prefill")
+    for i, tok in enumerate((5, 77)):
+        assert_close(eng.decode([a], [tok]), ref.decode([ra], [tok]), torch.float32, f"step {i}")
+    with pytest.raises(CapacityError, match="max_seq_len"):
+        eng.decode([a], [9])
+    assert a.length == max_len
+
+
 def test_compiled_glm_pages_its_dsa_caches():
     """GLM's indexer keys and MLA latents live in the block pool (the pooled keys, one row per
     pool, stay per slot); a 30-token prompt in chunks of 8, then decode across a pool edge
