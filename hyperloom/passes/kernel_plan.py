@@ -8,9 +8,9 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from hyperloom.config import CONFIG
 from hyperloom.ir.graph import Graph, Node
 from hyperloom.ir.ops import Op
-from hyperloom.config import CONFIG
 from hyperloom.ir.printer import print_node
 from hyperloom.passes.arena import ArenaPlan
 
@@ -29,6 +29,12 @@ EMITTER_OF: dict[Op, str] = {
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
 APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of its own
+
+
+def folds(rows: int) -> bool:
+    """Whether a step of `rows` rows finishes a folded mHC site in the GEMM before it
+    (CONFIG.fold_sites), so that the site's own hc_pre launches nothing."""
+    return rows <= NARROW_ROWS
 LAUNCHES = {"attention": (1, 2), "hc_pre": (1, 2),  # (narrow step, wide step)
             "moe_router": (2, 2), "moe_experts": (4, 5),  # 5: over 1024 (row, expert) pairs
             "dsa": (3, 3), "mla": (3, 3)}
@@ -67,7 +73,7 @@ class KernelEntry:
     folded: bool = False
 
     def launches_at(self, rows: int, decode: bool = False) -> int:
-        if self.folded and rows <= NARROW_ROWS:
+        if self.folded and folds(rows):
             return 0
         narrow = rows <= self.wide_from or (decode and self.batched)
         return self.launches if narrow else self.wide_launches

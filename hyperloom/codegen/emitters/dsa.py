@@ -72,9 +72,14 @@ def kernel_names(name: str) -> tuple[str, ...]:
     return f"{name}_pool", f"{name}_score", name, f"{name}_digits", f"{name}_write"
 
 
+def segments(pools: int) -> int:
+    """Segments of the selection over a cache of `pools` pools (0: one program a row)."""
+    return triton.cdiv(pools, SEG) if pools > SMALL_POOLS else 0
+
+
 def launches(pools: int) -> int:
     """Kernel launches of an indexer step over a cache of `pools` pools."""
-    return 3 if pools <= SMALL_POOLS else 8  # pool, score, select; or 5 passes + write
+    return 8 if segments(pools) else 3  # pool, score, then 5 passes + write, or one select
 
 
 def _pool_source(name: str, spec: DSASpec) -> str:
@@ -396,7 +401,7 @@ class Work:
 def scratch(max_rows: int, pooled: torch.Tensor) -> Work:
     """Allocate once, outside captured launches; serves every indexer of this capacity."""
     pools, dev = max(1, pooled.shape[1]), pooled.device
-    segs = triton.cdiv(pools, SEG) if pools > SMALL_POOLS else 1
+    segs = max(1, segments(pools))
     i32 = dict(dtype=torch.int32, device=dev)
     return Work(torch.empty((max_rows, pools), dtype=torch.float32, device=dev),
                 torch.empty((2, max_rows, segs, 256), **i32),
@@ -414,11 +419,11 @@ def select(kernels, spec: DSASpec, *, work: Work, slot: torch.Tensor, pos: torch
     _need(sc.shape[0] >= rows and sc.shape[1] >= pools and sc.stride(1) == 1,
           "DSA score scratch does not fit")
     one, digits, write = kernels
-    if pools <= SMALL_POOLS:  # fixed by the cache capacity: a captured launch stays valid
+    segs = segments(pools)  # fixed by the cache capacity: a captured launch stays valid
+    if not segs:
         one[(rows,)](sc, slot, pos, out, sc.stride(0), out.stride(0), pools,
                      BLOCK=SMALL_BLOCK, num_warps=SELECT_WARPS)
         return
-    segs = triton.cdiv(pools, SEG)
     _need(work.part.shape[1] >= rows and work.part.shape[2] >= segs,
           "DSA selection scratch does not fit")
     cap = work.part.shape[2]

@@ -88,8 +88,8 @@ def bounds(spec: KDAChunkSpec, rows: int, slots: int) -> tuple[int, int]:
 
 
 def scratch(spec: KDAChunkSpec, rows: int, slots: int, device) -> KDAChunkScratch:
-    """Allocate once (outside a captured launch) for the largest step: 5 d + C + 4 fp32 a row
-    and head, 53 MiB for 256 rows at 64 heads x 128, 1.6 GiB for 8192 rows."""
+    """Allocate once (outside a captured launch) for the largest step: 5 d + 2 C + 4 fp32 a row
+    and head, 48 MiB for 256 rows at 64 heads x 128, 1.5 GiB for 8192 rows."""
     runs, chunks = bounds(spec, rows, slots)
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     i32, f32 = dict(dtype=torch.int32, device=device), dict(dtype=torch.float32, device=device)

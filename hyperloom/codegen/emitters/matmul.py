@@ -43,7 +43,7 @@ import triton
 from hyperloom.codegen.emitters import hc_post, hc_pre
 from hyperloom.codegen.emitters.text import pdl, wrap
 from hyperloom.config import CONFIG
-from hyperloom.passes.kernel_plan import APART_ROWS, NARROW_ROWS
+from hyperloom.passes.kernel_plan import APART_ROWS, folds
 
 PROLOGUES = ("none", "rmsnorm", "mean_rmsnorm")
 EPILOGUES = ("store", "swiglu", "residual", "hc_post")
@@ -519,7 +519,7 @@ class Site:
 def finishes_site(spec: MatmulSpec, rows: int) -> bool:
     """Whether a step of `rows` rows finishes spec.site in the GEMM (one row, the GEMV path
     with the epilogue fused); the site's own hc_pre launch is then skipped."""
-    return spec.site is not None and rows <= NARROW_ROWS
+    return spec.site is not None and folds(rows)
 
 
 def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
