@@ -181,7 +181,7 @@ def test_bad_inputs_are_refused() -> None:
     step = ChunkStep(spec, [0] * 20, "cpu", torch.float32, seed=9)
     small = kda_chunk.scratch(spec, 10, step.slots, "cpu")
     with pytest.raises(ValueError, match=r"scratch w: .*\(20, 2, 16\).*\(10, 2, 16\)"):
-        kda_chunk.launch((None,) * 4, spec, q=step.q, k=step.k, v=step.v, g=step.g, b=step.b,
+        kda_chunk.launch((None,) * 5, spec, q=step.q, k=step.k, v=step.v, g=step.g, b=step.b,
                          slot=step.slot, state=step.state, out=step.out, rows=20, work=small)
 
 

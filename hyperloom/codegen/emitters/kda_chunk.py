@@ -12,13 +12,17 @@ run's first row (the tail chunk shorter): the chunk table (first row of each chu
 first chunk, and the counts. Computed on the device, so a launch never syncs with the host; the
 other grids are sized by bounds (runs <= min(rows, slots)) and spare programs exit.
 
-{name}_intra, grid (chunk bound, heads): one chunk of one head. With G the cumulative log decay
-from the chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j) (j < i) and Aqk the same
-with q_i (j <= i), in 16-row blocks: off-diagonal blocks are tl.dot products of both sides decayed
-to the boundary between them, diagonal blocks a masked [16, 16, DK] product. Every exponent is a
-sum of g over a span of rows, never positive (g <= 0), so nothing overflows however steep the
-decay. T = (I + A)^-1 by forward substitution in blocks. Stores the chunk's T and Aqk T ([C, C]
-each, lower blocks) and each row's (1 / |k|, scale / |q|, beta).
+{name}_intra, grid (chunk bound, heads, C / 16): one 16-row block i of one chunk and head. With
+G the cumulative log decay from the chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j)
+(j < i) and Aqk the same with q_i (j <= i), block row i: the diagonal block a masked [16, 16, DK]
+product, each block left of it a tl.dot of both sides decayed to the boundary between them.
+Every exponent is a sum of g over a span of rows, never positive (g <= 0), so nothing overflows
+however steep the decay. Stores beta A's blocks, with T_ii = (I + A_ii)^-1 (forward
+substitution) in place of the diagonal one, Aqk's blocks, and each row's (1 / |k|, scale / |q|,
+beta).
+
+{name}_solve, grid (chunk bound, heads): T = (I + A)^-1 from those blocks, T_ij = -T_ii
+sum_{j <= l < i} A_il T_lj, and Aqk T; stored in place ([C, C] each, lower blocks).
 
 {name}_rows, grid (chunk bound, heads, d / BK): one chunk, head and BK channels, with chunk-wide
 products: per row W = T (beta k exp(G)), U = T (beta v), Q' = q exp(G) - (Aqk T) (beta k exp(G)),
@@ -44,10 +48,11 @@ SUB = 16  # rows per block of the in-chunk matrices (the smallest tl.dot tile)
 DK = 16  # channels per step of the in-chunk loops (the diagonal blocks' [16, 16, DK] product)
 BV = 32  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
 BK = 32  # channels per program of the row products: [C, BK] fp32 tiles beside T and Aqk T
-# sm_90a ptxas at 64 heads x 128 (bf16 in): plan 71 registers; intra 8 warps 255 registers, 124 B
-# spilled; rows 8 warps 118 registers, no spills (BK 64: 112 B spilled; fp32 FMA products instead
-# of TF32: 5 to 12 KB spilled); walk 8 warps, 1 stage 148 registers, no spills, 60 KiB shared (2
-# stages: 228 KiB, over the 227 KiB limit, so the walk must launch with num_stages=1)
+# sm_90a ptxas at 64 heads x 128 (bf16 in): plan 71 registers; intra 4 warps 255 registers (8
+# warps: 177), solve 4 warps 226, rows 8 warps 118, none spilled (rows at BK 64: 112 B spilled;
+# with fp32 FMA products instead of TF32: 5 to 12 KB); walk 8 warps, 1 stage 148 registers, no
+# spills, 60 KiB shared (2 stages: 228 KiB, over the 227 KiB limit: num_stages=1)
+INTRA_WARPS, SOLVE_WARPS = 4, 4
 PLAN_ROWS = 1024  # rows per step of the plan's scan
 
 
@@ -101,10 +106,10 @@ def scratch(spec: KDAChunkSpec, rows: int, slots: int, device) -> KDAChunkScratc
         torch.empty((rows, h, 4), **f32))
 
 
-def kernel_names(name: str) -> tuple[str, str, str, str]:
-    """(plan, in-chunk solve, row products, chunk walk) defined by source(name, ...), in launch
-    order."""
-    return f"{name}_plan", f"{name}_intra", f"{name}_rows", name
+def kernel_names(name: str) -> tuple[str, ...]:
+    """(plan, in-chunk products, solve, row products, chunk walk) defined by source(name,
+    ...), in launch order."""
+    return f"{name}_plan", f"{name}_intra", f"{name}_solve", f"{name}_rows", name
 
 
 # ---------------------------------------------------------------- source
@@ -193,26 +198,75 @@ def {name}_plan(slot_ptr, rows, chunk_ptr, run_ptr, count_ptr, C: tl.constexpr,
 '''
 
 
-def _sum(terms: list[str], empty: str) -> str:
-    return " + ".join(terms) if terms else empty
+def _block(b: str, at: str) -> str:
+    """Rows r{b} of block `at` of the chunk and their live mask m{b}."""
+    return f'''    r{b} = row0 + {at} * BC + j
+    m{b} = (r{b} < rows) & (tl.load(slot_ptr + r{b}, mask=r{b} < rows, other=-1) == s)
+'''
 
 
-def _blocks(nc: int) -> str:
-    """Per block I: rows r{I}, live mask m{I}, beta b{I}, inverse norms nk{I}, nq{I} (also
-    stored for the row products)."""
-    out = []
-    for i in range(nc):
-        out.append(f'''    r{i} = row0 + {i * SUB} + j
-    m{i} = (r{i} < rows) & (tl.load(slot_ptr + r{i}, mask=r{i} < rows, other=-1) == s)
-    b{i} = tl.load(b_ptr + r{i}.to(tl.int64) * sb + h, mask=m{i}, other=0.).to(tl.float32)
-    b{i} = tl.where(m{i}, tl.sigmoid(b{i}), 0.)
-    nk{i} = _rnorm(k_ptr, r{i}, m{i}, sk, h, D)
-    nq{i} = _rnorm(q_ptr, r{i}, m{i}, sq, h, D) * Q_SCALE
-    cf = coef_ptr + (r{i}.to(tl.int64) * H + h) * 4
-    tl.store(cf, nk{i}, mask=m{i})
-    tl.store(cf + 1, nq{i}, mask=m{i})
-    tl.store(cf + 2, b{i}, mask=m{i})
-''')
+_OWN_BLOCK = """    nki = _rnorm(k_ptr, ri, mi, sk, h, D)
+    nqi = _rnorm(q_ptr, ri, mi, sq, h, D) * Q_SCALE
+    bi = tl.load(b_ptr + ri.to(tl.int64) * sb + h, mask=mi, other=0.)
+    bi = tl.where(mi, tl.sigmoid(bi.to(tl.float32)), 0.)
+    cf = coef_ptr + (ri.to(tl.int64) * H + h) * 4  # for the row products
+    tl.store(cf, nki, mask=mi)
+    tl.store(cf + 1, nqi, mask=mi)
+    tl.store(cf + 2, bi, mask=mi)
+"""
+
+
+def _earlier(nc: int) -> str:
+    """Rows, masks and inverse key norms of the blocks before this program's (nk{J}, J < ib;
+    zeros from ib on)."""
+    return "".join(_block(str(x), str(x)) + f"    nk{x} = tl.zeros([BC], dtype=tl.float32)\n"
+                   f"    if {x} < ib:\n        nk{x} = _rnorm(k_ptr, r{x}, m{x}, sk, h, D)\n"
+                   for x in range(nc - 1))
+
+
+def _row_block(nc: int) -> str:
+    """The channel loop summing row block ib of A and Aqk: the diagonal block (ad, pd) and the
+    blocks left of it (a{J}, p{J}, J < ib), each off-diagonal pair decayed to the boundary
+    between its blocks; J descends so `span` sums g over the blocks between J and ib."""
+    zeros = "".join(f"    a{x} = tl.zeros([BC, BC], dtype=tl.float32)\n"
+                    f"    p{x} = tl.zeros([BC, BC], dtype=tl.float32)\n" for x in range(nc - 1))
+    body = ["    ad = tl.zeros([BC, BC], dtype=tl.float32)",
+            "    pd = tl.zeros([BC, BC], dtype=tl.float32)",
+            "    for c0 in range(0, D, DK):  # A sums over channels; decays are per channel",
+            "        col = h * D + c0 + kk",
+            "        k = _tile(k_ptr, ri, mi, sk, col) * nki[:, None]",
+            "        q = _tile(q_ptr, ri, mi, sq, col) * nqi[:, None]",
+            "        gl = tl.cumsum(_tile(g_ptr, ri, mi, sg, col), 0)  # log decay in the block",
+            "        da, dq = _diag(k, q, gl, BC)",
+            "        ad += da",
+            "        pd += dq",
+            "        ki = k * tl.exp(gl)",
+            "        qi = q * tl.exp(gl)",
+            "        span = tl.zeros([1, DK], dtype=tl.float32)"]
+    for x in range(nc - 2, -1, -1):
+        body += [f"        if {x} < ib:",
+                 f"            gj = _tile(g_ptr, r{x}, m{x}, sg, col)",
+                 "            gt = tl.sum(gj, 0)[None, :]",
+                 f"            kj = _tile(k_ptr, r{x}, m{x}, sk, col) * nk{x}[:, None]",
+                 "            kj *= tl.exp(gt - tl.cumsum(gj, 0) + span)",
+                 f"            a{x} += _mm(ki, tl.trans(kj))",
+                 f"            p{x} += _mm(qi, tl.trans(kj))",
+                 "            span += gt"]
+    return zeros + "\n".join(body) + "\n"
+
+
+def _store_block(nc: int) -> str:
+    """beta A, T_ii = (I + A_ii)^-1 in A's diagonal block (the solve reads no other use of
+    it), and Aqk: row block ib of the chunk's [2, C, C] pair."""
+    out = ["    ad *= bi[:, None]\n",
+           "    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + (ib * BC + j)[:, None] * C "
+           "+ j[None, :]\n",
+           "    tl.store(tp + ib * BC, _unit_lower_inv(ad, BC))\n",
+           "    tl.store(tp + C * C + ib * BC, pd)\n"]
+    for x in range(nc - 1):
+        out.append(f"    if {x} < ib:\n"
+                   f"        tl.store(tp + {x * SUB}, a{x} * bi[:, None])\n"
+                   f"        tl.store(tp + C * C + {x * SUB}, p{x})\n")
     return "".join(out)
 
 
@@ -220,51 +274,28 @@ def _pairs(nc: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(nc) for j in range(i + 1)]
 
 
-def _products(nc: int) -> str:
-    """The channel loop that sums A and Aqk (blocks a{I}_{J}, p{I}_{J})."""
-    zeros = "".join(f"    a{i}_{j} = tl.zeros([BC, BC], dtype=tl.float32)\n"
-                    f"    p{i}_{j} = tl.zeros([BC, BC], dtype=tl.float32)\n"
-                    for i, j in _pairs(nc))
-    body = ["    for c0 in range(0, D, DK):  # A sums over channels; decays are per channel",
-            "        col = h * D + c0 + kk"]
+def _solve_body(nc: int) -> str:
+    """T from its diagonal blocks (the in-chunk kernel's) and beta A's lower blocks: for j < i
+    T_ij = -T_ii sum_{j <= l < i} A_il T_lj; then Aqk T (blocks p{I}_{J}); both stored in
+    place of A and Aqk (their lower blocks: the row products read the others as zeros)."""
+    out = ["    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + j[:, None] * C "
+           "+ j[None, :]\n"]
+    for i, j in _pairs(nc):
+        at = f"{i * SUB} * C + {j * SUB}"
+        out.append(f"    {'t' if i == j else 'a'}{i}_{j} = tl.load(tp + {at})\n"
+                   f"    p{i}_{j} = tl.load(tp + C * C + {at})\n")
     for i in range(nc):
-        body += [f"        k{i} = _tile(k_ptr, r{i}, m{i}, sk, col) * nk{i}[:, None]",
-                 f"        q{i} = _tile(q_ptr, r{i}, m{i}, sq, col) * nq{i}[:, None]",
-                 f"        g{i} = _tile(g_ptr, r{i}, m{i}, sg, col)",
-                 f"        gl{i} = tl.cumsum(g{i}, 0)  # log decay from the block's start",
-                 f"        gt{i} = tl.sum(g{i}, 0)[None, :]  # over the whole block",
-                 f"        da, dq = _diag(k{i}, q{i}, gl{i}, BC)",
-                 f"        a{i}_{i} += da",
-                 f"        p{i}_{i} += dq"]
-        if i:  # both sides decayed to the start of block i: exponents <= 0
-            body += [f"        ki = k{i} * tl.exp(gl{i})", f"        qi = q{i} * tl.exp(gl{i})"]
-        for j in range(i):
-            span = _sum([f"gt{x}" for x in range(j + 1, i)], "0.")
-            body += [f"        kj = k{j} * tl.exp(gt{j} - gl{j} + {span})",
-                     f"        a{i}_{j} += _mm(ki, tl.trans(kj))",
-                     f"        p{i}_{j} += _mm(qi, tl.trans(kj))"]
-    return zeros + "\n".join(body) + "\n"
-
-
-def _solve(nc: int) -> str:
-    """T = (I + A)^-1 blockwise: T_ii by forward substitution, then for j < i
-    T_ij = -T_ii sum_{j <= l < i} A_il T_lj; and Aqk T (blocks p{I}_{J} from here on); both
-    stored (their lower blocks: the row products read the others as zeros)."""
-    out = [f"    a{i}_{j} *= b{i}[:, None]\n" for i, j in _pairs(nc)]
-    for i in range(nc):
-        out.append(f"    t{i}_{i} = _unit_lower_inv(a{i}_{i}, BC)\n")
         for j in range(i - 1, -1, -1):
             terms = " + ".join(f"_mm(a{i}_{x}, t{x}_{j})" for x in range(j, i))
             out.append(f"    t{i}_{j} = -_mm(t{i}_{i}, {terms})\n")
     for i, j in _pairs(nc):  # in place, j ascending: p{i}_{x >= j} are still Aqk here
         terms = " + ".join(f"_mm(p{i}_{x}, t{x}_{j})" for x in range(j, i + 1))
         out.append(f"    p{i}_{j} = {terms}\n")
-    out.append("    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + j[:, None] * C "
-               "+ j[None, :]\n")
     for i, j in _pairs(nc):
         at = f"{i * SUB} * C + {j * SUB}"
-        out.append(f"    tl.store(tp + {at}, t{i}_{j})\n"
-                   f"    tl.store(tp + C * C + {at}, p{i}_{j})\n")
+        if i != j:
+            out.append(f"    tl.store(tp + {at}, t{i}_{j})\n")
+        out.append(f"    tl.store(tp + C * C + {at}, p{i}_{j})\n")
     return "".join(out)
 
 
@@ -297,9 +328,22 @@ def _intra(name: str, spec: KDAChunkSpec) -> str:
 {wrap(f"def {name}_intra(", _INTRA_ARGS + [f"BC: tl.constexpr = {SUB}",
       f"DK: tl.constexpr = {min(DK, spec.head_dim)}",
       f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}"], "):", 8)}
-{_CHUNK_HEAD}    j = tl.arange(0, BC)
+{_CHUNK_HEAD}    ib = tl.program_id(2)  # this program's row block
+    j = tl.arange(0, BC)
     kk = tl.arange(0, DK)
-{_blocks(nc)}{_products(nc)}{_solve(nc)}'''
+{_block("i", "ib")}{_OWN_BLOCK}{_earlier(nc)}{_row_block(nc)}{_store_block(nc)}'''
+
+
+def _solve(name: str, spec: KDAChunkSpec) -> str:
+    return f'''
+@triton.jit
+def {name}_solve(tp_ptr, count_ptr, H: tl.constexpr, C: tl.constexpr, BC: tl.constexpr = {SUB}):
+    i = tl.program_id(0)
+    h = tl.program_id(1)
+    if i >= tl.load(count_ptr):  # past the step's chunks
+        return
+    j = tl.arange(0, BC)
+{_solve_body(spec.chunk // SUB)}'''
 
 
 def _rows(name: str) -> str:
@@ -379,6 +423,7 @@ import triton.language as tl
 {HELPERS}
 {_plan(name)}
 {_intra(name, spec)}
+{_solve(name, spec)}
 {_rows(name)}
 {_walk(name)}'''
 
@@ -425,14 +470,16 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     if work is None:
         work = scratch(spec, rows, state.shape[0], q.device)
     _check(spec, q, k, v, g, b, state, out, work, rows)
-    plan, intra, rows_k, walk = kernels
+    plan, intra, solve, rows_k, walk = kernels
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     runs, chunks = bounds(spec, rows, state.shape[0])
     tables = (work.chunks, work.count)
     products = (work.w, work.u, work.qp, work.oi, work.kd, work.decay)
     plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
-    intra[(chunks, h)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
-                       b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c, num_warps=8)
+    intra[(chunks, h, c // SUB)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
+                                 b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c,
+                                 num_warps=INTRA_WARPS)
+    solve[(chunks, h)](work.tp, work.count, H=h, C=c, num_warps=SOLVE_WARPS)
     bk = min(BK, d)
     rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
                                  g.stride(0), *tables, *products, work.tp, work.coef, H=h, D=d,
