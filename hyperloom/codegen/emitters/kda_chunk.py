@@ -46,13 +46,14 @@ from hyperloom.codegen.emitters.text import comment, wrap
 CHUNK = 64  # rows per chunk: the products' tile height
 SUB = 16  # rows per block of the in-chunk matrices (the smallest tl.dot tile)
 DK = 16  # channels per step of the in-chunk loops (the diagonal blocks' [16, 16, DK] product)
-BV = 32  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
+BV = 64  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
 BK = 32  # channels per program of the row products: [C, BK] fp32 tiles beside T and Aqk T
-# sm_90a ptxas at 64 heads x 128 (bf16 in): plan 71 registers; intra 4 warps 255 registers (8
-# warps: 177), solve 4 warps 226, rows 8 warps 118, none spilled (rows at BK 64: 112 B spilled;
-# with fp32 FMA products instead of TF32: 5 to 12 KB); walk 8 warps, 1 stage 148 registers, no
-# spills, 60 KiB shared (2 stages: 228 KiB, over the 227 KiB limit: num_stages=1)
-INTRA_WARPS, SOLVE_WARPS = 4, 4
+# sm_90a ptxas at 64 heads x 128 (bf16 in): plan 71 registers; intra 2 warps 255 registers, 40 B
+# spilled (4 warps: 255, none; but 2 warps time best on the H200); solve 4 warps 226; rows 4
+# warps 206, none spilled; walk 8 warps, 1 stage (2 stages need more than the 227 KiB of shared
+# memory) 255 registers, 276 B spilled, yet BV 64 takes 1.17 ms where BV 32 (148 registers, no
+# spills) took 2.02 ms on the H200
+INTRA_WARPS, SOLVE_WARPS = 2, 4
 PLAN_ROWS = 1024  # rows per step of the plan's scan
 
 
@@ -483,7 +484,7 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     bk = min(BK, d)
     rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
                                  g.stride(0), *tables, *products, work.tp, work.coef, H=h, D=d,
-                                 C=c, BK=bk, num_warps=8)
+                                 C=c, BK=bk, num_warps=4)
     bv = min(BV, d)
     walk[(d // bv, h, runs)](slot, state, out, rows, out.stride(0), state.stride(0),
                              state.stride(1), work.chunks, work.runs, work.count, *products,
