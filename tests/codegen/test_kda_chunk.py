@@ -148,6 +148,19 @@ def test_steep_decays() -> None:
     assert_close(state, want, torch.float32, "state")
 
 
+def test_steep_and_mild_heads_in_one_launch() -> None:
+    # head 0 steep (every block past the factored diagonal's range: the exact form), head 1
+    # mild (the factored form), in the same blocks of the same launch
+    step = ChunkStep(KDAChunkSpec(2, 16), [1] * 70, "cpu", torch.float32, seed=11)
+    step.g[:, :16] *= 8
+    step.g[:, 16:] *= 0.5
+    state = step.state.clone()
+    step.run(state)
+    out, want = step.reference(torch.float64)
+    assert_close(step.out, out, torch.float32, "out")
+    assert_close(state, want, torch.float32, "state")
+
+
 def test_prefill_split_over_two_launches() -> None:
     step = ChunkStep(KDAChunkSpec(2, 32, chunk=16), [4] * 45, "cpu", torch.float32, seed=7)
     whole = step.state.clone()

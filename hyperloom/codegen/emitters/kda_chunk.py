@@ -14,12 +14,13 @@ other grids are sized by bounds (runs <= min(rows, slots)) and spare programs ex
 
 {name}_intra, grid (chunk bound, heads, C / 16): one 16-row block i of one chunk and head. With
 G the cumulative log decay from the chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j)
-(j < i) and Aqk the same with q_i (j <= i), block row i: the diagonal block a masked [16, 16, DK]
-product, each block left of it a tl.dot of both sides decayed to the boundary between them.
-Every exponent is a sum of g over a span of rows, never positive (g <= 0), so nothing overflows
-however steep the decay. Stores beta A's blocks, with T_ii = (I + A_ii)^-1 (forward
-substitution) in place of the diagonal one, Aqk's blocks, and each row's (1 / |k|, scale / |q|,
-beta).
+(j < i) and Aqk the same with q_i (j <= i), block row i: each block left of the diagonal a
+tl.dot of both sides decayed to the boundary between them (every exponent a sum of g over a span
+of rows, never positive: g <= 0); the diagonal block a tl.dot of k exp(G) and k exp(-G) where
+the block's decay keeps both within fp32 (STEEP), else a masked [DK, 16, 16] product of
+exponents <= 0. Nothing overflows however steep the decay. Stores beta A's blocks, with
+T_ii = (I + A_ii)^-1 (a product of four factors) in place of the diagonal one, Aqk's blocks,
+and each row's (1 / |k|, scale / |q|, beta).
 
 {name}_solve, grid (chunk bound, heads): T = (I + A)^-1 from those blocks, T_ij = -T_ii
 sum_{j <= l < i} A_il T_lj, and Aqk T; stored in place ([C, C] each, lower blocks).
@@ -54,6 +55,10 @@ BK = 32  # channels per program of the row products: [C, BK] fp32 tiles beside T
 # memory) 255 registers, 276 B spilled, yet BV 64 takes 1.17 ms where BV 32 (148 registers, no
 # spills) took 2.02 ms on the H200
 INTRA_WARPS, SOLVE_WARPS = 2, 4
+# a diagonal block whose log decay stays above -STEEP in every channel is one product of
+# k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
+# below fp32's normal range; a steeper block takes the exact [DK, 16, 16] form
+STEEP = 64
 PLAN_ROWS = 1024  # rows per step of the plan's scan
 
 
@@ -149,26 +154,33 @@ def _rnorm(x_ptr, r, m, sx, h, D: tl.constexpr):
 
 @triton.jit
 def _diag(k, q, gl, BC: tl.constexpr):
-    """A diagonal block over one channel tile: (sum_c k_i k_j e, sum_c q_i k_j e) with e =
-    exp(gl_i - gl_j), for j < i and j <= i; gl is cumulative, so masked exponents are <= 0."""
+    """A diagonal block over one channel tile, exactly: (sum_c k_i k_j e, sum_c q_i k_j e) with
+    e = exp(gl_i - gl_j), for j < i and j <= i; gl is cumulative, so masked exponents are <= 0.
+    Channels lead the [DK, BC, BC] product so that its sums stay within a thread."""
+    kt = tl.trans(k)
+    gt = tl.trans(gl)
     i = tl.arange(0, BC)
     low = i[:, None] >= i[None, :]
-    e = tl.exp(tl.where(low[:, :, None], gl[:, None, :] - gl[None, :, :], float("-inf")))
-    kj = k[None, :, :] * e  # [BC, BC, DK]
-    a = tl.where(i[:, None] > i[None, :], tl.sum(k[:, None, :] * kj, axis=2), 0.)
-    return a, tl.sum(q[:, None, :] * kj, axis=2)
+    e = tl.exp(tl.where(low[None, :, :], gt[:, :, None] - gt[:, None, :], float("-inf")))
+    kj = kt[:, None, :] * e  # [DK, BC, BC]
+    a = tl.where(i[:, None] > i[None, :], tl.sum(kt[:, :, None] * kj, axis=0), 0.)
+    return a, tl.sum(tl.trans(q)[:, :, None] * kj, axis=0)
 
 
 @triton.jit
 def _unit_lower_inv(a, BC: tl.constexpr):
-    """(I + a)^-1 for a strictly lower [BC, BC]: row r = e_r - sum_{j<r} a[r, j] row j."""
+    """(I + a)^-1 for a strictly lower [BC, BC] (nilpotent: a^16 = 0) as the product
+    (I - a)(I + a^2)(I + a^4)(I + a^8) = sum_{n < 16} (-a)^n."""
+    tl.static_assert(BC == 16, "four factors cover a 16-row block")
     i = tl.arange(0, BC)
-    t = tl.where(i[:, None] == i[None, :], 1., 0.)
-    for r in tl.static_range(1, BC):
-        ar = tl.sum(tl.where(i[:, None] == r, a, 0.), axis=0)  # a[r, :], zero from column r
-        row = tl.where(i == r, 1., 0.) - tl.sum(ar[:, None] * t, axis=0)
-        t = tl.where(i[:, None] == r, row[None, :], t)
-    return t
+    eye = tl.where(i[:, None] == i[None, :], 1., 0.)
+    t = eye - a
+    p = _mm(a, a)
+    t = _mm(t, eye + p)
+    p = _mm(p, p)
+    t = _mm(t, eye + p)
+    p = _mm(p, p)
+    return _mm(t, eye + p)
 '''
 
 
@@ -238,11 +250,16 @@ def _row_block(nc: int) -> str:
             "        k = _tile(k_ptr, ri, mi, sk, col) * nki[:, None]",
             "        q = _tile(q_ptr, ri, mi, sq, col) * nqi[:, None]",
             "        gl = tl.cumsum(_tile(g_ptr, ri, mi, sg, col), 0)  # log decay in the block",
-            "        da, dq = _diag(k, q, gl, BC)",
-            "        ad += da",
-            "        pd += dq",
             "        ki = k * tl.exp(gl)",
             "        qi = q * tl.exp(gl)",
+            "        if tl.min(gl) >= -STEEP:  # decay within the block fits fp32 both ways",
+            "            kn = tl.trans(k * tl.exp(-gl))",
+            "            ad += _mm(ki, kn)  # masked after the loop",
+            "            pd += _mm(qi, kn)",
+            "        else:",
+            "            da, dq = _diag(k, q, gl, BC)",
+            "            ad += da",
+            "            pd += dq",
             "        span = tl.zeros([1, DK], dtype=tl.float32)"]
     for x in range(nc - 2, -1, -1):
         body += [f"        if {x} < ib:",
@@ -259,7 +276,8 @@ def _row_block(nc: int) -> str:
 def _store_block(nc: int) -> str:
     """beta A, T_ii = (I + A_ii)^-1 in A's diagonal block (the solve reads no other use of
     it), and Aqk: row block ib of the chunk's [2, C, C] pair."""
-    out = ["    ad *= bi[:, None]\n",
+    out = ["    ad = tl.where(j[:, None] > j[None, :], ad, 0.) * bi[:, None]\n",
+           "    pd = tl.where(j[:, None] >= j[None, :], pd, 0.)\n",
            "    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + (ib * BC + j)[:, None] * C "
            "+ j[None, :]\n",
            "    tl.store(tp + ib * BC, _unit_lower_inv(ad, BC))\n",
@@ -328,7 +346,8 @@ def _intra(name: str, spec: KDAChunkSpec) -> str:
 @triton.jit
 {wrap(f"def {name}_intra(", _INTRA_ARGS + [f"BC: tl.constexpr = {SUB}",
       f"DK: tl.constexpr = {min(DK, spec.head_dim)}",
-      f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}"], "):", 8)}
+      f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}",
+      f"STEEP: tl.constexpr = {STEEP}"], "):", 8)}
 {_CHUNK_HEAD}    ib = tl.program_id(2)  # this program's row block
     j = tl.arange(0, BC)
     kk = tl.arange(0, DK)
