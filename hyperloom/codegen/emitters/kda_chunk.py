@@ -49,12 +49,12 @@ SUB = 16  # rows per block of the in-chunk matrices (the smallest tl.dot tile)
 DK = 16  # channels per step of the in-chunk loops (the diagonal blocks' [16, 16, DK] product)
 BV = 64  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
 BK = 32  # channels per program of the row products: [C, BK] fp32 tiles beside T and Aqk T
-# sm_90a ptxas at 64 heads x 128 (bf16 in): plan 71 registers; intra 2 warps 255 registers, 40 B
-# spilled (4 warps: 255, none; but 2 warps time best on the H200); solve 4 warps 226; rows 4
-# warps 206, none spilled; walk 8 warps, 1 stage (2 stages need more than the 227 KiB of shared
-# memory) 255 registers, 276 B spilled, yet BV 64 takes 1.17 ms where BV 32 (148 registers, no
-# spills) took 2.02 ms on the H200
-INTRA_WARPS, SOLVE_WARPS = 2, 4
+# sm_90a ptxas at 64 heads x 128 (bf16 in): plan 71 registers; intra 4 warps 250, solve 4
+# warps 226, rows 4 warps 206, none spilled; walk 8 warps, 1 stage (2 stages need more than the
+# 227 KiB of shared memory) 255 registers, 276 B spilled, yet BV 64 takes 1.17 ms where BV 32
+# (148 registers, no spills) took 2.02 ms on the H200. In-chunk kernel alone at 8192 tokens on
+# the H200: 4 warps 2.67 ms, 2 warps 3.02, 8 warps (DK 32) 6.21; DK 32 or 64 no faster
+INTRA_WARPS, SOLVE_WARPS = 4, 4
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
 # below fp32's normal range; a steeper block takes the exact [DK, 16, 16] form
