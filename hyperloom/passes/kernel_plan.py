@@ -29,6 +29,8 @@ EMITTER_OF: dict[Op, str] = {
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
 APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of its own
+KDA_CHUNKED_ROWS = 32  # a step whose longest run has this many rows takes the chunked KDA form
+KDA_CHUNK_LAUNCHES = 5  # its kernels (emitters.kda_chunk.kernel_names)
 
 
 def folds(rows: int) -> bool:
@@ -44,7 +46,8 @@ GRIDS = {
     "hc_pre": "(cdiv(R, BT), splits) [; finish (R,)]",
     "hc_post": "(R, cdiv(D, BD))",
     "attention": "decode: split (R, kv_heads, S) | rope_kv (R,) ; attend",
-    "kda": "(R, heads, d / BV) | prefill: (1,) ; (chunks, heads) ; (d / BV, heads, runs)",
+    "kda": "(R, heads, d / BV) | chunked: (1,) ; (chunks, heads, C/16) ; (chunks, heads) ; "
+           "(chunks, heads, d/BK) ; (d/BV, heads, runs)",
     "kda_conv": "(R, 3 * cdiv(C, BC))",
     "kda_gate": "(R, cdiv(W, BW))",
     "norm": "(R, width / group)",
@@ -133,12 +136,15 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[int, int, int]:
     the [T, n, K] streams (the LM head after hc_head_mean) runs a stream-mean norm kernel before
     its GEMM; a GEMM with the hc_post epilogue runs hc_post apart above APART_ROWS rows;
     attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write, then attend;
-    hc_pre finishes a wide step's rows in a second kernel."""
+    hc_pre finishes a wide step's rows in a second kernel; KDA takes its chunked kernels for a
+    run of KDA_CHUNKED_ROWS rows (counted here by the step's rows)."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
         return 2, 2, NARROW_ROWS
     if node.op is Op.LINEAR_HC_POST:
         return 1, 2, APART_ROWS
+    if emitter == "kda":
+        return 1, KDA_CHUNK_LAUNCHES, KDA_CHUNKED_ROWS - 1
     return (*LAUNCHES.get(emitter, (1, 1)), NARROW_ROWS)
 
 
@@ -151,7 +157,7 @@ def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
         if node.state:
             binds += (f"${node.state}.* -> state pool",)
         kernels.append(KernelEntry(name, emitter, node, binds, *_launches(node, emitter, types),
-                                   batched=emitter == "attention"))
+                                   batched=emitter in ("attention", "kda")))
     return KernelPlan(graph.name, tuple(_fold_sites(kernels) if CONFIG.fold_sites else kernels))
 
 

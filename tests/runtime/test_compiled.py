@@ -73,6 +73,18 @@ def test_folded_and_plain_sites_match_the_reference(model, config):
         test_prefill_and_16_decode_steps_match_the_reference(model, config)
 
 
+def test_plan_counts_the_chunked_kda_launches():
+    from hyperloom.codegen.emitters import kda, kda_chunk
+
+    entries = [k for k in _plan("glm5next", "tiny").plan.kernels if k.emitter == "kda"]
+    assert entries
+    chunked = len(kda_chunk.kernel_names("x"))
+    for k in entries:
+        assert k.launches_at(1) == k.launches_at(kda.CHUNKED_ROWS - 1) == 1
+        assert k.launches_at(kda.CHUNKED_ROWS) == chunked == 5
+        assert k.launches_at(64, decode=True) == 1  # one row a sequence: the recurrent kernel
+
+
 @pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])
 def test_sub_chunked_prefill_equals_token_at_a_time(model, config):
     ids = prompt(11, seed=5)

@@ -22,13 +22,16 @@ import torch
 from hyperloom.codegen.emitters import kda_chunk
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import RUN_STOP, comment
+from hyperloom.passes.kernel_plan import KDA_CHUNKED_ROWS
 
 BV = 32  # state columns (dv) per program: a [d, BV] fp32 tile, 32 registers a thread at d = 128
 # steps of at most FEW_ROWS rows: more, smaller programs (16 columns, 1 warp). H200, one decode
 # step at 64 heads x 128 (state not in L2): batch 1 4.61 us against 5.59 at (32, 4 warps); at
 # batch 16 (32, 4 warps) stays best (48 us against 65 to 82 with 16 columns)
 FEW_ROWS, FEW_BV, FEW_WARPS = 2, 16, 1
-CHUNKED_ROWS = 32  # a step whose longest run has this many rows takes emitters.kda_chunk
+# a step whose longest run has CHUNKED_ROWS rows takes emitters.kda_chunk (the plan counts its
+# launches by the same rule)
+CHUNKED_ROWS = KDA_CHUNKED_ROWS
 
 
 @dataclass(frozen=True)
