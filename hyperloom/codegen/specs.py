@@ -28,14 +28,16 @@ from hyperloom.ir.ops import Op
 def matmul_spec(node: Node, types: dict) -> matmul.MatmulSpec:
     at, op = node.attrs, node.op
     x, w = types[node.args[0]], types[node.args[1]]
-    eps = getattr(at, "eps", None)
+    eps, group = getattr(at, "eps", None), getattr(at, "group", 0)
     prologue = "none" if eps is None else ("mean_rmsnorm" if x.rank == 3 else "rmsnorm")
+    prologue = "gated_rmsnorm" if group else prologue
     epilogue = {Op.SWIGLU_LINEAR: "swiglu", Op.LINEAR_RESIDUAL: "residual",
                 Op.LINEAR_HC_POST: "hc_post"}.get(op, "store")
     hc = int(node.types[0].shape[1]) if op is Op.LINEAR_HC_POST else 1
     return matmul.MatmulSpec(k=int(w.shape[1]), n=int(w.shape[0]), prologue=prologue,
                              eps=eps or 1e-6, streams=int(x.shape[1]) if x.rank == 3 else 1,
-                             epilogue=epilogue, limit=getattr(at, "limit", None), hc=hc)
+                             epilogue=epilogue, limit=getattr(at, "limit", None), hc=hc,
+                             group=group)
 
 
 def hc_pre_spec(node: Node, types: dict) -> hc_pre.HCPreSpec:

@@ -199,9 +199,12 @@ class SwiGLULinearAttrs:
 
 @dataclass(frozen=True, slots=True)
 class EpilogueLinearAttrs:
-    """A projection with an optional RMSNorm prologue (eps None: none) and a fused epilogue."""
+    """A projection with an optional RMSNorm prologue (eps None: none) and a fused epilogue.
+    group > 0: the prologue is instead a gated RMSNorm over each `group` columns (KDA's o_norm:
+    `gated_rmsnorm`), its gate and norm weight the op's last two operands."""
 
     eps: float | None = None
+    group: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -275,8 +275,12 @@ def _linear_residual(a: Types, _: object) -> tuple[TensorType, ...]:
     return _same((stream, f), None)
 
 
-def _linear_hc_post(a: Types, _: object) -> tuple[TensorType, ...]:
-    x, w, streams, post, comb = a
+def _linear_hc_post(a: Types, at: ops.EpilogueLinearAttrs) -> tuple[TensorType, ...]:
+    x, w, streams, post, comb = a[:5]
+    _need((len(a) == 7) == (at.group > 0), f"a gated norm prologue (group {at.group}) takes "
+          f"its gate and weight as operands 6 and 7; got {len(a)} operands")
+    if at.group:
+        _gated_rmsnorm((x, *a[5:]), ops.GatedNormAttrs(at.eps, at.group))
     (f,) = _linear((x, w), None)
     return _hc_post((f, streams, post, comb), None)
 
@@ -327,7 +331,7 @@ SIGNATURES: dict[Op, Signature] = {
     Op.NORM_LINEAR: Signature((2,), _norm_linear),
     Op.SWIGLU_LINEAR: Signature((2,), _swiglu_linear),
     Op.LINEAR_RESIDUAL: Signature((3,), _linear_residual),
-    Op.LINEAR_HC_POST: Signature((5,), _linear_hc_post),
+    Op.LINEAR_HC_POST: Signature((5, 7), _linear_hc_post),
     Op.ROPE_ATTENTION: Signature((5,), _rope_attention),
     Op.EMBED_STREAMS: Signature((2,), _embed_streams),
 }

@@ -25,8 +25,8 @@ def _eps(node: Node) -> ops.EpilogueLinearAttrs:
 
 
 class _Fuser:
-    """Walks the nodes of one op; `fuse` returns (new node, index of the producer to drop) or a
-    reason to decline."""
+    """Walks the nodes of one op; `fuse` returns (new node, index of the producer to drop), a
+    reason to decline, or None for a node that is no candidate."""
 
     def __init__(self, graph: Graph):
         self.graph, self.users, self.prod = graph, graph.users(), producers(graph)
@@ -46,6 +46,8 @@ class _Fuser:
             if node.op is not op:
                 continue
             got = fuse(self, node)
+            if got is None:  # not a candidate
+                continue
             if isinstance(got, str):
                 self.declined.append(got)
                 continue
@@ -98,6 +100,25 @@ def _hc_post(f: _Fuser, node: Node):
 
 def fuse_hc_post(graph: Graph) -> PassResult:
     return _Fuser(graph).run(Op.HC_POST, _hc_post)
+
+
+def _gated_norm(f: _Fuser, node: Node):
+    x = node.args[0]
+    src = f.prod.get(x)
+    if src is None or src.op is not Op.GATED_RMSNORM or node.attrs != ops.EpilogueLinearAttrs():
+        return None  # nothing to fold
+    if f.single(x) is None:
+        return f"cannot fold {x} gated_rmsnorm into the GEMM of {node.outs[0]}: {x} has " \
+               "other readers"
+    attrs = ops.EpilogueLinearAttrs(src.attrs.eps, src.attrs.head_dim)
+    return make_node(f.graph, node.outs, Op.LINEAR_HC_POST,
+                     (src.args[0], *node.args[1:], *src.args[1:]), attrs, [src, node]), [src]
+
+
+def fold_gated_norm(graph: Graph) -> PassResult:
+    """A gated RMSNorm read only by an hc_post GEMM (KDA's o_norm before o_proj) becomes that
+    GEMM's prologue."""
+    return _Fuser(graph).run(Op.LINEAR_HC_POST, _gated_norm)
 
 
 def _rope_attention(f: _Fuser, node: Node):

@@ -29,6 +29,7 @@ EMITTER_OF: dict[Op, str] = {
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
 APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of its own
+GEMV_ROWS = 16  # the most rows a GEMM takes its GEMV tiling for (and a gated norm prologue)
 KDA_CHUNKED_ROWS = 32  # a step whose longest run has this many rows takes the chunked KDA form
 KDA_CHUNK_LAUNCHES = 5  # its kernels (emitters.kda_chunk.kernel_names)
 
@@ -66,10 +67,10 @@ class KernelEntry:
     emitter: str
     node: Node
     bindings: tuple[str, ...]  # operand -> where it lives
-    launches: int = 1  # kernel launches of a narrow step
-    wide_launches: int = 1  # and of a wider one (prefill)
-    wide_from: int = NARROW_ROWS  # the most rows a step of `launches` launches has
-    batched: bool = False  # a decode step of any width (one row a sequence) is narrow
+    # (most rows, launches), ascending: a step launches the count of the first bound its rows
+    # are within (the last bound, None, holds any)
+    counts: tuple[tuple[int | None, int], ...] = ((None, 1),)
+    batched: bool = False  # a decode step of any width (one row a sequence) counts as one row
     # CONFIG.fold_sites: a GEMM with the hc_post epilogue that finishes, at one row, the hc_pre
     # entry right after it (which then launches nothing at one row: `folded`)
     finishes: KernelEntry | None = None
@@ -78,8 +79,8 @@ class KernelEntry:
     def launches_at(self, rows: int, decode: bool = False) -> int:
         if self.folded and folds(rows):
             return 0
-        narrow = rows <= self.wide_from or (decode and self.batched)
-        return self.launches if narrow else self.wide_launches
+        rows = 1 if decode and self.batched else rows
+        return next(n for most, n in self.counts if most is None or rows <= most)
 
     def line(self) -> str:
         also = f"; finishes {self.finishes.name} at one row" if self.finishes else ""
@@ -131,21 +132,24 @@ def _where(value: str, arena: ArenaPlan) -> str:
     return f"{value} -> row input"
 
 
-def _launches(node: Node, emitter: str, types: dict) -> tuple[int, int, int]:
-    """(narrow, wide) step launches and the most rows of a narrow step. A normed projection of
-    the [T, n, K] streams (the LM head after hc_head_mean) runs a stream-mean norm kernel before
-    its GEMM; a GEMM with the hc_post epilogue runs hc_post apart above APART_ROWS rows;
-    attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write, then attend;
-    hc_pre finishes a wide step's rows in a second kernel; KDA takes its chunked kernels for a
-    run of KDA_CHUNKED_ROWS rows (counted here by the step's rows)."""
+def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, int], ...]:
+    """KernelEntry.counts. A normed projection of the [T, n, K] streams (the LM head after
+    hc_head_mean) runs a stream-mean norm kernel before its GEMM; a GEMM with the hc_post
+    epilogue runs hc_post apart above APART_ROWS rows, and its gated norm prologue apart above
+    GEMV_ROWS; attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write,
+    then attend; hc_pre finishes a wide step's rows in a second kernel; KDA takes its chunked
+    kernels for a run of KDA_CHUNKED_ROWS rows (counted here by the step's rows)."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
-        return 2, 2, NARROW_ROWS
+        return ((None, 2),)
     if node.op is Op.LINEAR_HC_POST:
-        return 1, 2, APART_ROWS
+        if node.attrs.group:
+            return (GEMV_ROWS, 1), (APART_ROWS, 2), (None, 3)
+        return (APART_ROWS, 1), (None, 2)
     if emitter == "kda":
-        return 1, KDA_CHUNK_LAUNCHES, KDA_CHUNKED_ROWS - 1
-    return (*LAUNCHES.get(emitter, (1, 1)), NARROW_ROWS)
+        return (KDA_CHUNKED_ROWS - 1, 1), (None, KDA_CHUNK_LAUNCHES)
+    narrow, wide = LAUNCHES.get(emitter, (1, 1))
+    return (NARROW_ROWS, narrow), (None, wide)
 
 
 def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
@@ -156,7 +160,7 @@ def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
         binds = tuple(_where(a, arena) for a in node.args + node.outs)
         if node.state:
             binds += (f"${node.state}.* -> state pool",)
-        kernels.append(KernelEntry(name, emitter, node, binds, *_launches(node, emitter, types),
+        kernels.append(KernelEntry(name, emitter, node, binds, _launches(node, emitter, types),
                                    batched=emitter in ("attention", "kda")))
     return KernelPlan(graph.name, tuple(_fold_sites(kernels) if CONFIG.fold_sites else kernels))
 

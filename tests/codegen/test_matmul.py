@@ -13,6 +13,7 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.matmul import (
+    GEMV_MAX_ROWS,
     SPLIT_ROWS,
     MatmulSpec,
     gemm_spec,
@@ -33,9 +34,10 @@ PAD = 24  # extra columns of the wider buffers that strided views are cut from
 
 
 def spec_for(k: int, n: int, prologue: str, epilogue: str, limit: float | None = 0.75,
-             streams: int = 3, hc: int = 4) -> MatmulSpec:
+             streams: int = 3, hc: int = 4, group: int = 16) -> MatmulSpec:
     return MatmulSpec(k=k, n=n, prologue=prologue, eps=1e-5, streams=streams, epilogue=epilogue,
-                      limit=limit if epilogue == "swiglu" else None, hc=hc)
+                      limit=limit if epilogue == "swiglu" else None, hc=hc,
+                      group=group if prologue == "gated_rmsnorm" else 0)
 
 
 class Case:
@@ -52,6 +54,11 @@ class Case:
         else:  # rmsnorm inputs off unit scale, so a missing normalisation shows
             self.x = self.randn(alloc, k, dtype=act, scale=2.5 if spec.prologue == "rmsnorm" else 1)
         self.w = self.randn(n, k, dtype=act, scale=1 / math.sqrt(k), view=False)
+        self.gate = self.nw = None
+        if spec.prologue == "gated_rmsnorm":  # x off unit scale per group, gates both ways
+            self.x = self.randn(alloc, k, dtype=act, scale=3.0)
+            self.gate = self.randn(alloc, k, dtype=act, scale=2.0)
+            self.nw = (0.5 + self.uniform(spec.group)).to(act)
         o_shape = (alloc, spec.n_out)
         if spec.epilogue == "hc_post":
             o_shape = (alloc, spec.hc, spec.n_out)
@@ -92,7 +99,8 @@ class Case:
         src = source(name, self.spec)
         kernels = tuple(load(src, n, self.device) for n in kernel_names(name, self.spec))
         launch(kernels, self.spec, x=self.x, w=self.w, out=self.out, rows=self.rows,
-               stream=self.stream, post=self.post, comb=self.comb, h=self.h, y=self.y)
+               stream=self.stream, post=self.post, comb=self.comb, h=self.h, y=self.y,
+               gate=self.gate, nw=self.nw)
 
 
 def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
@@ -100,8 +108,10 @@ def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
     t = c.rows
     x = c.x[:t].double()
     row = x.mean(1) if spec.prologue == "mean_rmsnorm" else x
+    if spec.prologue == "gated_rmsnorm":
+        row = gated_rows(c)
     y = row @ c.w.double().T
-    if spec.prologue != "none":
+    if spec.prologue in ("rmsnorm", "mean_rmsnorm"):
         y = y / torch.sqrt((row * row).mean(-1, keepdim=True) + spec.eps)
     if spec.epilogue == "store":
         return y
@@ -120,6 +130,14 @@ def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
     return torch.stack(cols, 1)
 
 
+def gated_rows(c: Case) -> torch.Tensor:
+    """gated_rmsnorm's rows in fp64: each group of x normed, times the weight and sigmoid(gate)."""
+    t, g = c.rows, c.spec.group
+    x = c.x[:t].double().reshape(t, -1, g)
+    x = x / torch.sqrt((x * x).mean(-1, keepdim=True) + c.spec.eps) * c.nw.double()
+    return x.reshape(t, -1) * torch.sigmoid(c.gate[:t].double())
+
+
 def check_cpu(spec: MatmulSpec, rows: int, view: bool, seed: int) -> None:
     c = Case(spec, rows, "cpu", torch.float32, view, seed)
     want = reference(spec, c)
@@ -133,11 +151,18 @@ def check_cpu(spec: MatmulSpec, rows: int, view: bool, seed: int) -> None:
 
 
 def check_h(c: Case, what: str) -> None:
-    """mean_rmsnorm: h[:rows] holds the normed stream means, the rows past `rows` stay poisoned."""
+    """mean_rmsnorm: h[:rows] holds the normed stream means, the rows past `rows` stay poisoned;
+    gated_rmsnorm: the same with its normed rows past the GEMV path, none written within it."""
     if c.h is None:
         return
-    m = c.x[: c.rows].double().mean(1)
-    want = m / torch.sqrt((m * m).mean(-1, keepdim=True) + c.spec.eps)
+    if c.spec.prologue == "gated_rmsnorm" and c.rows <= GEMV_MAX_ROWS:
+        assert torch.isnan(c.h).all(), f"{what}: a GEMV step wrote the scratch rows"
+        return
+    if c.spec.prologue == "gated_rmsnorm":
+        want = gated_rows(c)
+    else:
+        m = c.x[: c.rows].double().mean(1)
+        want = m / torch.sqrt((m * m).mean(-1, keepdim=True) + c.spec.eps)
     assert_rel(c.h[: c.rows].double(), want, 1e-2 if c.h.dtype == torch.bfloat16 else 1e-5,
                f"{what}: normed rows h")
     assert torch.isnan(c.h[c.rows:]).all(), f"{what}: the norm kernel wrote rows past `rows`"
@@ -216,6 +241,19 @@ def test_hc_post_adds_the_wide_step_pair():
     assert scratch_y(spec_for(40, 72, "none", "residual"), 500, torch.float32, "cpu") is None
 
 
+@pytest.mark.parametrize("rows", [1, 3, 16, 17, 50, 70])  # GEMV; norm kernel + TC; + hc_post apart
+@pytest.mark.parametrize("epilogue", ["store", "hc_post"])
+@pytest.mark.parametrize("group", [16, 32])
+def test_gated_rmsnorm_prologue(group, epilogue, rows):
+    check_cpu(spec_for(96, 40, "gated_rmsnorm", epilogue, group=group), rows, view=rows % 2 == 1,
+              seed=700 + rows + group)
+
+
+def test_gated_rmsnorm_refuses_a_group_off_k():
+    with pytest.raises(ValueError, match="group dividing k=96, got group=64"):
+        spec_for(96, 40, "gated_rmsnorm", "store", group=64)
+
+
 @pytest.mark.parametrize("rows", [65, 90])
 @pytest.mark.parametrize("prologue", ["none", "rmsnorm"])
 def test_wide_hc_post_step(prologue, rows):
@@ -289,6 +327,14 @@ def check_gpu(spec: MatmulSpec, rows: int, view: bool, seed: int, in_place: bool
 def test_gpu_bf16_large(prologue, epilogue, rows):
     check_gpu(spec_for(4096, 6144, prologue, epilogue, limit=1.5), rows, view=rows != 8,
               seed=500 + rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 8, 40, 512])
+def test_gpu_bf16_gated_rmsnorm_o_proj(rows):
+    # GLM-5.3-Flash's KDA o_proj: 64 heads x 128 in, 4096 out, hc_post over 4 streams
+    check_gpu(spec_for(8192, 4096, "gated_rmsnorm", "hc_post", group=128), rows,
+              view=rows != 8, seed=800 + rows)
 
 
 @pytest.mark.gpu

@@ -12,6 +12,10 @@ spec, ...)` runs them in that order. out = epilogue(prologue(x) @ w.T), accumula
   [>= rows, K] (the caller's, `h=`), then `{name}` is the prologue-"none" GEMM of the same spec
   reading h: loading `streams` fp32 tiles per K step inside the GEMM starved its pipeline.
   The norm weight is folded into w.
+  "gated_rmsnorm" (spec.group > 0: KDA's o_norm): the row is x[t] normed over each group of
+  `group` columns, times the norm weight and sigmoid(gate[t]) (`gate=`, `nw=`). The GEMV path
+  applies it to each x tile (K steps hold whole groups); wider steps run `emitters.norm`'s
+  gated kernel `{name}_norm` into a scratch h [>= rows, K] first and the GEMM reads h.
 - epilogue "store": out [rows, N] = result, cast to out's dtype;
   "swiglu": w is [2I, K] (gate rows, then up rows), out [rows, I] = silu(min(g, L)) * clamp(u, L);
   "residual": out [rows, N] fp32 = stream + result (out may be stream);
@@ -40,14 +44,14 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from hyperloom.codegen.emitters import hc_post, hc_pre
+from hyperloom.codegen.emitters import hc_post, hc_pre, norm
 from hyperloom.codegen.emitters.text import pdl, wrap
 from hyperloom.config import CONFIG
-from hyperloom.passes.kernel_plan import APART_ROWS, folds
+from hyperloom.passes.kernel_plan import APART_ROWS, GEMV_ROWS, folds
 
-PROLOGUES = ("none", "rmsnorm", "mean_rmsnorm")
+PROLOGUES = ("none", "rmsnorm", "mean_rmsnorm", "gated_rmsnorm")
 EPILOGUES = ("store", "swiglu", "residual", "hc_post")
-GEMV_MAX_ROWS = 16
+GEMV_MAX_ROWS = GEMV_ROWS
 SPLIT_ROWS = APART_ROWS  # hc_post epilogue: wider steps run the GEMM and hc_post apart
 
 
@@ -55,9 +59,10 @@ SPLIT_ROWS = APART_ROWS  # hc_post epilogue: wider steps run the GEMM and hc_pos
 class MatmulSpec:
     k: int  # reduction size (hidden size)
     n: int  # output columns of the GEMM (swiglu: 2*I weight rows, I output columns)
-    prologue: str = "none"  # "none" | "rmsnorm" | "mean_rmsnorm"
+    prologue: str = "none"  # one of PROLOGUES
     eps: float = 1e-6  # norm prologues
     streams: int = 1  # mean_rmsnorm: x is [T, streams, K]
+    group: int = 0  # gated_rmsnorm: columns normed together (a head)
     epilogue: str = "store"  # "store" | "swiglu" | "residual" | "hc_post"
     limit: float | None = None  # swiglu clamp (None: plain SwiGLU)
     hc: int = 1  # hc_post: number of streams
@@ -76,6 +81,11 @@ class MatmulSpec:
             raise ValueError(f"bad GEMM size k={self.k} n={self.n} for {self.epilogue}")
         if self.streams < 1 or self.hc < 1:
             raise ValueError(f"streams={self.streams} and hc={self.hc} must be >= 1")
+        gated = self.prologue == "gated_rmsnorm"
+        if gated != (self.group > 0) or (gated and (self.k % self.group
+                                                    or self.group & (self.group - 1))):
+            raise ValueError(f"gated_rmsnorm needs a power-of-two group dividing k={self.k}, "
+                             f"got group={self.group} with prologue {self.prologue!r}")
 
     @property
     def n_out(self) -> int:
@@ -91,13 +101,21 @@ def gemm_spec(spec: MatmulSpec) -> MatmulSpec:
 def kernel_names(name: str, spec: MatmulSpec) -> tuple[str, ...]:
     """The kernels `source(name, spec)` defines: (norm, GEMM) for mean_rmsnorm; hc_post adds
     its wide-step pair (plain GEMM into y, hc_post)."""
-    names = (f"{name}_norm", name) if spec.prologue == "mean_rmsnorm" else (name,)
+    names = (f"{name}_norm", name) if spec.prologue in ("mean_rmsnorm", "gated_rmsnorm") \
+        else (name,)
     return names + ((f"{name}_y", f"{name}_post") if spec.epilogue == "hc_post" else ())
 
 
 def split_spec(spec: MatmulSpec) -> MatmulSpec:
-    """The GEMM of a wide hc_post step: the same product, stored as is."""
-    return dataclasses.replace(gemm_spec(spec), epilogue="store", hc=1, site=None)
+    """The GEMM of a wide hc_post step: the same product, stored as is (gated_rmsnorm's reads
+    the normed rows h)."""
+    plain = dict(prologue="none", group=0) if spec.prologue == "gated_rmsnorm" else {}
+    return dataclasses.replace(gemm_spec(spec), epilogue="store", hc=1, site=None, **plain)
+
+
+def norm_spec(spec: MatmulSpec) -> norm.NormSpec:
+    """gated_rmsnorm's row kernel for steps wider than the GEMV path."""
+    return norm.NormSpec("gated_rmsnorm", spec.k, spec.group, spec.eps)
 
 
 SITE_PARAMS = ("fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "spost_ptr", "scomb_ptr", "part_ptr",
@@ -121,6 +139,8 @@ def _params(spec: MatmulSpec) -> list[str]:
         names.append("sst_t")
     if spec.epilogue == "hc_post":
         names += ["sst_h", "sp_t", "sc_t", "sc_i"]
+    if spec.prologue == "gated_rmsnorm":
+        names += ["g_ptr", "nw_ptr", "sg_t"]
     return names + (list(SITE_PARAMS) if spec.site else [])
 
 
@@ -156,7 +176,7 @@ def _setup(spec: MatmulSpec) -> list[str]:
         "rm64 = rm.to(tl.int64)  # row offsets of big activations overflow int32",
         "x_rows = x_ptr + rm64[:, None] * sx_t",
         f"w_cols = w_ptr + rn.to(tl.int64)[None, :] * {spec.k}",
-    ]
+    ] + (["g_rows = g_ptr + rm64[:, None] * sg_t"] if spec.prologue == "gated_rmsnorm" else [])
 
 
 def _weights(spec: MatmulSpec) -> list[tuple[str, str]]:
@@ -171,7 +191,7 @@ def _loop(spec: MatmulSpec) -> list[str]:
     BLOCK_K] tile, reduced once after the loop (no cross-thread reduction inside it)."""
     accs = _weights(spec)
     lines = [f"{acc} = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)" for acc, _ in accs]
-    if spec.prologue != "none":
+    if spec.prologue in ("rmsnorm", "mean_rmsnorm"):
         lines.append("sq2 = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)")
     if spec.prologue == "rmsnorm":
         lines.append("sqm = tl.zeros([BLOCK_M, BLOCK_M], dtype=tl.float32)  # GEMV: x x^T")
@@ -187,7 +207,24 @@ def _loop(spec: MatmulSpec) -> list[str]:
         gemv = ["a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)",
                 f"sqm = {_dot('a', 'tl.trans(a)', 'sqm', cast=False)}"] + _dots_of("a", spec)
         body = ["if GEMV:"] + _indent(gemv) + ["else:"] + _indent(body)
+    if spec.prologue == "gated_rmsnorm":  # the TC path reads rows the norm kernel wrote
+        body = ["if GEMV:"] + _indent(_gated_tile(spec) + _dots_of("a", spec)) + ["else:"] \
+            + _indent(body)
     return lines + _indent(body) + _normalize(spec)
+
+
+def _gated_tile(spec: MatmulSpec) -> list[str]:
+    """x tile [BLOCK_M, BLOCK_K] -> its rows normed over each group of G columns (the K step
+    holds whole groups), times the norm weight and sigmoid(gate)."""
+    g, per = spec.group, f"BLOCK_K // {spec.group}"
+    return [f"tl.static_assert(BLOCK_K % {g} == 0, 'a K step of whole groups')",
+            "a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0).to(tl.float32)",
+            f"ss = tl.sum(tl.reshape(a * a, [BLOCK_M, {per}, {g}]), axis=2)",
+            f"r = tl.rsqrt(ss / {g} + {float(spec.eps)!r})[:, :, None]",
+            f"r = tl.reshape(tl.broadcast_to(r, [BLOCK_M, {per}, {g}]), [BLOCK_M, BLOCK_K])",
+            "gt = tl.load(g_rows + kk[None, :], mask=x_ok, other=0.0).to(tl.float32)",
+            f"nw = tl.load(nw_ptr + kk % {g}).to(tl.float32)",
+            "a = a * r * nw[None, :] * tl.sigmoid(gt)"]
 
 
 def _indent(lines: list[str]) -> list[str]:
@@ -213,7 +250,7 @@ def _register_body(spec: MatmulSpec) -> list[str]:
 
 
 def _normalize(spec: MatmulSpec) -> list[str]:
-    if spec.prologue == "none":
+    if spec.prologue in ("none", "gated_rmsnorm"):
         return []
     assert spec.prologue == "rmsnorm", "mean_rmsnorm's GEMM is gemm_spec(spec)'s"
     lines = ["if GEMV:", "    i = tl.arange(0, BLOCK_M)",
@@ -362,6 +399,9 @@ def source(name: str, spec: MatmulSpec, header: str = "") -> str:
     lines = head + ["import triton", "import triton.language as tl", "", ""]
     if spec.prologue == "mean_rmsnorm":
         lines += _norm_kernel(kernel_names(name, spec)[0], spec) + ["", ""]
+    if spec.prologue == "gated_rmsnorm":
+        lines += norm.kernel_source(kernel_names(name, spec)[0], norm_spec(spec)).strip(
+            "\n").splitlines() + ["", ""]
     if spec.epilogue == "hc_post":
         lines += _hc_post_helpers(spec) + ["", ""]
     if spec.site:
@@ -418,17 +458,21 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
         t = Tiles(128, 256, min(64, k_max), 16, 8, 3)
         if spec.epilogue in ("swiglu", "hc_post"):
             t = Tiles(128, 128, min(64, k_max), 16, 8, 3)
+    if spec.prologue == "gated_rmsnorm" and t.gemv:  # K steps of whole groups
+        t = dataclasses.replace(t, block_k=max(t.block_k, spec.group))
     return _fit_smem(spec, t, x_bytes, w_bytes)
 
 
 def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
-    """Fewer stages, then shallower K steps, until the pipelined tiles fit in shared memory."""
+    """Fewer stages, then shallower K steps, until the pipelined tiles fit in shared memory
+    (a gated norm prologue's GEMV steps keep whole groups)."""
     w_tiles = 2 if spec.epilogue == "swiglu" else 1
+    least = spec.group if spec.prologue == "gated_rmsnorm" and t.gemv else 16
     stages, bk = t.num_stages, t.block_k
     while stages * bk * (t.block_m * x_bytes + t.block_n * w_tiles * w_bytes) > SMEM_BYTES:
         if stages > 2:
             stages -= 1
-        elif bk > 16:
+        elif bk > least:
             bk //= 2
         else:
             break
@@ -443,6 +487,18 @@ def _strides(spec: MatmulSpec, x, out, stream, post, comb) -> dict[str, int]:
         s.update(so_h=out.stride(1), sst_h=stream.stride(1), sp_t=post.stride(0),
                  sc_t=comb.stride(0), sc_i=comb.stride(1))
     return s
+
+
+def _check_gated(spec: MatmulSpec, x, gate, nw, h, rows: int) -> None:
+    if spec.prologue != "gated_rmsnorm":
+        return
+    assert gate is not None and gate.shape == x.shape and gate.stride(-1) == 1, \
+        f"gate {None if gate is None else tuple(gate.shape)} for x {tuple(x.shape)}"
+    assert nw is not None and tuple(nw.shape) == (spec.group,) and nw.is_contiguous(), \
+        f"norm weight: contiguous [{spec.group}]"
+    if rows > GEMV_MAX_ROWS:
+        assert h is not None and h.shape[0] >= rows and h.shape[1] == spec.k, \
+            f"a {rows}-row gated norm step needs h [>= {rows}, {spec.k}] (scratch)"
 
 
 def _check(spec: MatmulSpec, x, w, out, stream, post, comb, h) -> None:
@@ -474,8 +530,10 @@ def scratch_y(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.
 
 def scratch(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.Tensor | None:
     """The normed-row buffer `launch` needs as h for up to `rows` rows (w's dtype); None unless
-    the prologue is mean_rmsnorm. Allocate it once, outside any captured launch."""
-    if spec.prologue != "mean_rmsnorm":
+    the prologue is mean_rmsnorm, or gated_rmsnorm with `rows` past the GEMV path. Allocate it
+    once, outside any captured launch."""
+    if spec.prologue != "mean_rmsnorm" and not (spec.prologue == "gated_rmsnorm"
+                                                and rows > GEMV_MAX_ROWS):
         return None
     return torch.empty((rows, spec.k), dtype=dtype, device=device)
 
@@ -524,12 +582,16 @@ def finishes_site(spec: MatmulSpec, rows: int) -> bool:
 
 def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
                 rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
-                comb: torch.Tensor | None = None, site: Site | None = None) -> None:
+                comb: torch.Tensor | None = None, site: Site | None = None,
+                gate: torch.Tensor | None = None, nw: torch.Tensor | None = None) -> None:
     """The GEMM kernel of a spec without mean_rmsnorm (see gemm_spec) on the first `rows` rows;
-    site: spec.site's operands (needed with spec.site)."""
+    site: spec.site's operands (needed with spec.site); gate, nw: gated_rmsnorm's (its GEMV
+    path applies the norm; wider steps pass the normed rows as x)."""
     t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
              "comb_ptr": comb, "rows": rows, **_strides(spec, x, out, stream, post, comb)}
+    if spec.prologue == "gated_rmsnorm":
+        bound |= {"g_ptr": gate, "nw_ptr": nw, "sg_t": gate.stride(0)}
     grid = (triton.cdiv(rows, t.block_m) * triton.cdiv(spec.n_out, t.block_n),)
     extra = {}
     if spec.site:
@@ -546,13 +608,16 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
 def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
            rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
            comb: torch.Tensor | None = None, h: torch.Tensor | None = None,
-           y: torch.Tensor | None = None, site: Site | None = None) -> None:
+           y: torch.Tensor | None = None, site: Site | None = None,
+           gate: torch.Tensor | None = None, nw: torch.Tensor | None = None) -> None:
     """Run the kernels of `source(..., spec)` (those of kernel_names, loaded, in order) on the
     first `rows` rows of the operands. mean_rmsnorm: h is the scratch of `scratch(...)` (at least
     `rows` rows); the norm kernel fills h[:rows], then the GEMM reads it as its x. hc_post: y
     is `scratch_y(...)`'s, needed when rows > SPLIT_ROWS. spec.site: `site` holds the site's
-    operands, and a one-row step finishes it (finishes_site)."""
-    _check(spec, x, w, out, stream, post, comb, h)
+    operands, and a one-row step finishes it (finishes_site). gated_rmsnorm: gate and nw (the
+    norm weight), and h (`scratch`) for steps past the GEMV path."""
+    _check(spec, x, w, out, stream, post, comb, None if spec.prologue == "gated_rmsnorm" else h)
+    _check_gated(spec, x, gate, nw, h, rows)
     assert len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names"
     if rows <= 0:
         return
@@ -560,7 +625,10 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
         assert h.shape[0] >= rows, f"h has {h.shape[0]} rows, {rows} launched"
         launch_norm(kernels[0], spec, x=x, h=h, rows=rows)
         x = h
-    gemm = kernels[1 if spec.prologue == "mean_rmsnorm" else 0]
+    if spec.prologue == "gated_rmsnorm" and rows > GEMV_MAX_ROWS:
+        norm.launch(kernels[0], norm_spec(spec), x=x, w=nw, out=h, rows=rows, gate=gate)
+        x = h
+    gemm = kernels[1 if spec.prologue in ("mean_rmsnorm", "gated_rmsnorm") else 0]
     if spec.epilogue == "hc_post" and rows > SPLIT_ROWS:
         assert y is not None and y.shape[0] >= rows and y.shape[1] == spec.n_out, \
             f"a {rows}-row hc_post step needs y [>= {rows}, {spec.n_out}] (scratch_y)"
@@ -569,4 +637,4 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
                        post=post, comb=comb, out=out, rows=rows)
         return
     launch_gemm(gemm, gemm_spec(spec), x=x, w=w, out=out, rows=rows, stream=stream,
-                post=post, comb=comb, site=site)
+                post=post, comb=comb, site=site, gate=gate, nw=nw)

@@ -57,7 +57,12 @@ def source(name: str, spec: NormSpec, header: str = "") -> str:
     return f'''{comment(header)}import triton
 import triton.language as tl
 
+{kernel_source(name, spec)}'''
 
+
+def kernel_source(name: str, spec: NormSpec) -> str:
+    """The kernel alone (matmul's gated norm prologue runs it apart for wide steps)."""
+    return f'''
 @triton.jit
 def {name}(x_ptr, g_ptr, w_ptr, b_ptr, o_ptr, sx, sg, so, G: tl.constexpr = {spec.group},
         BLOCK: tl.constexpr = {triton.next_power_of_2(spec.group)},

@@ -33,8 +33,13 @@ def linear_residual(ctx: Ctx, at: ops.EpilogueLinearAttrs, x: torch.Tensor, w: t
 
 
 def linear_hc_post(ctx: Ctx, at: ops.EpilogueLinearAttrs, x: torch.Tensor, w: torch.Tensor,
-                   streams, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
-    return hc.hc_post(ctx, at, _gemm_in(x, at.eps) @ w.T, streams, post, comb)
+                   streams, post: torch.Tensor, comb: torch.Tensor,
+                   *gated: torch.Tensor) -> torch.Tensor:
+    if at.group:  # gate, norm weight
+        x = dense.gated_rmsnorm(ctx, ops.GatedNormAttrs(at.eps, at.group), x, *gated)
+    else:
+        x = _gemm_in(x, at.eps)
+    return hc.hc_post(ctx, at, x @ w.T, streams, post, comb)
 
 
 def rope_attention(ctx: Ctx, at: ops.RopeAttentionAttrs, q, k, v, slot, pos) -> torch.Tensor:

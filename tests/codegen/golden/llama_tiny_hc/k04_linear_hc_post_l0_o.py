@@ -1,6 +1,6 @@
 # k04_linear_hc_post_l0_o: matmul
 # fuses: %10 linear, %11 hc_post
-# node: %11 = linear_hc_post(%9, @layers.0.self_attn.o_proj.weight, %1, %2.1, %2.2) {eps=None} : f32[T, 4, 64]  # fused: %10 linear, %11 hc_post
+# node: %11 = linear_hc_post(%9, @layers.0.self_attn.o_proj.weight, %1, %2.1, %2.2) {eps=None, group=0} : f32[T, 4, 64]  # fused: %10 linear, %11 hc_post
 # %9 -> arena+131072 col 0 [64]
 # @layers.0.self_attn.o_proj.weight -> weights
 # %1 -> arena+0 col 0 [4, 64]

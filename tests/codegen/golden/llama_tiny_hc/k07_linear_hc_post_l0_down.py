@@ -1,6 +1,6 @@
 # k07_linear_hc_post_l0_down: matmul
 # fuses: %17 linear, %18 hc_post
-# node: %18 = linear_hc_post(%16, @layers.0.mlp.down_proj.weight, %11, %12.1, %12.2) {eps=None} : f32[T, 4, 64]  # fused: %17 linear, %18 hc_post
+# node: %18 = linear_hc_post(%16, @layers.0.mlp.down_proj.weight, %11, %12.1, %12.2) {eps=None, group=0} : f32[T, 4, 64]  # fused: %17 linear, %18 hc_post
 # %16 -> arena+131072 col 0 [128]
 # @layers.0.mlp.down_proj.weight -> weights
 # %11 -> arena+65536 col 0 [4, 64]
