@@ -85,8 +85,7 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         extra = {"stream": o[node.args[2]], "post": o[node.args[3]], "comb": o[node.args[4]]}
     if spec.prologue == "gated_rmsnorm":
         extra |= {"gate": o[node.args[5]], "nw": o[node.args[6]]}
-    h = matmul.scratch(spec, x.shape[0], w.dtype, "meta")
-    if h is not None:  # the normed rows: allocated here, never in the launch
+    if matmul.needs_h(spec, x.shape[0]):  # the normed rows: allocated here, never in the launch
         key = ("matmul_norm", x.shape[0], spec.k, w.dtype)  # (captured into CUDA graphs)
         if key not in o.scratch:
             o.scratch[key] = matmul.scratch(spec, x.shape[0], w.dtype, device)

@@ -528,12 +528,17 @@ def scratch_y(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.
     return torch.empty((rows, spec.n_out), dtype=dtype, device=device)
 
 
+def needs_h(spec: MatmulSpec, rows: int) -> bool:
+    """Whether steps of up to `rows` rows need the normed-row scratch h: mean_rmsnorm always,
+    gated_rmsnorm past the GEMV path."""
+    return spec.prologue == "mean_rmsnorm" or (spec.prologue == "gated_rmsnorm"
+                                               and rows > GEMV_MAX_ROWS)
+
+
 def scratch(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.Tensor | None:
-    """The normed-row buffer `launch` needs as h for up to `rows` rows (w's dtype); None unless
-    the prologue is mean_rmsnorm, or gated_rmsnorm with `rows` past the GEMV path. Allocate it
-    once, outside any captured launch."""
-    if spec.prologue != "mean_rmsnorm" and not (spec.prologue == "gated_rmsnorm"
-                                                and rows > GEMV_MAX_ROWS):
+    """The normed-row buffer `launch` needs as h for up to `rows` rows (w's dtype), or None
+    (needs_h). Allocate it once, outside any captured launch."""
+    if not needs_h(spec, rows):
         return None
     return torch.empty((rows, spec.k), dtype=dtype, device=device)
 
