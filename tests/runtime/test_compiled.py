@@ -214,7 +214,7 @@ def test_decode_kernels_per_mhc_layer(config):
     for k in comp.plan.kernels:
         layer = re.search(r"layers\.(\d+)\.", " ".join(k.node.args + (k.node.state or "",)))
         if layer:
-            per_layer[layer[1]] = per_layer.get(layer[1], 0) + k.launches
+            per_layer[layer[1]] = per_layer.get(layer[1], 0) + k.launches_at(1)
     assert per_layer and max(per_layer.values()) <= 7, per_layer  # RoPE inside attention
     assert not comp.plan.fallbacks, layers
 
