@@ -13,6 +13,7 @@ import torch
 import hyperloom
 from hyperloom.config import overrides
 from hyperloom.ir.ops import Op
+from hyperloom.passes import kernel_plan
 from hyperloom.models.random_weights import random_weights
 from tests.tolerances import assert_close
 
@@ -94,6 +95,17 @@ def test_kda_output_norm_is_the_o_proj_prologue():
     assert len(gated) == sum(k.emitter == "kda" for k in kernels) > 0
     for k in gated:
         assert [k.launches_at(r) for r in (1, 16, 17, 64, 65)] == [1, 1, 2, 2, 3]
+
+
+def test_plan_counts_hc_pre_launches():
+    # one row: the one launch (or none, folded); then projection + finish; above HC_WIDE_ROWS
+    # the wide kernel alone
+    wide = kernel_plan.HC_WIDE_ROWS
+    sites = [k for k in _plan("llama", "tiny-hc").plan.kernels if k.emitter == "hc_pre"]
+    assert sites
+    for k in sites:
+        assert [k.launches_at(r) for r in (2, wide, wide + 1)] == [2, 2, 1]
+        assert k.launches_at(1) == (0 if k.folded else 1)
 
 
 @pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])
