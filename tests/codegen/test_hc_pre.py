@@ -101,6 +101,7 @@ def test_hc_pre(n: int, d: int, rows: int, sms: int, out_eps, monkeypatch) -> No
 def test_hc_pre_row_in_chunks(out_eps, rows: int, monkeypatch) -> None:
     """Rows of several finish or apply chunks (the bench widths are one or two)."""
     monkeypatch.setattr(hc_pre_emitter, "ROW_TILE", 256)
+    monkeypatch.setattr(hc_pre_emitter, "APPLY_TILE", 256)
     monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", WIDE)
     spec = HCPreSpec(n=4, d=300, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
     case = Case(spec, rows, "cpu", torch.float32, strided=True, seed=7)

@@ -18,10 +18,10 @@ iteration in registers; post, comb and y = sum_i pre[i] * X[i] (rms(y) with out_
 the next launch and CUDA-graph replays) and finishes the live rows in turn. Decode's one launch.
 {name}_proj + {name}_finish (grid (rows,)): the same work for a few rows, every row finished by
 its own program in parallel.
-{name}_wide: many rows, one launch. Programs run a row block's K splits back to back, so the
-block's X rows are still in L2 when its last program (by ticket) finishes them: the Sinkhorn of
-its WIDE_BLOCK rows in one [RB, n, n] tile (reductions inside warps), then y row by row from
-L2. X is read from HBM once, where the earlier projection + gates + apply kernels read it twice.
+{name}_wide: many rows, one launch. Programs run a row block's K splits back to back; the last
+of them (by ticket) runs the block's gates (the Sinkhorn of its WIDE_BLOCK rows in one [RB, n,
+n] tile, reductions inside warps), and the programs WIDE_LAG blocks later write its y while
+its X is still in L2: X is read from HBM once (`_wide_body`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ from hyperloom.passes.kernel_plan import HC_WIDE_ROWS
 BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >= 16
 WIDE_ROWS = HC_WIDE_ROWS  # above this many rows: the wide kernel
 PROJ_WARPS, PROJ_STAGES = 4, 3  # projection programs of projection + finish steps
-WIDE_BLOCK, WIDE_SPLITS, WIDE_WARPS, WIDE_STAGES = 16, 8, 4, 3  # the wide kernel: rows a
-# block, at least this many K splits (few concurrent blocks: their X fits in L2), its programs
+WIDE_BLOCK, WIDE_SPLITS, WIDE_WARPS, WIDE_STAGES = 16, 16, 4, 3  # the wide kernel: rows a
+# block, K splits (a program's X share small, so the X in flight fits in L2), its programs
+WIDE_LAG = 2  # blocks between a block's projection and its y
+APPLY_TILE = 4096  # X elements a wide program loads at once for y
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = 64  # splits whose partials a finish sums per load
@@ -94,11 +96,12 @@ def _blocks(spec: HCPreSpec) -> dict[str, int]:
         "JP": max(16, triton.next_power_of_2(j + 1)),  # column J: sum(x^2); tl.dot N >= 16
         "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_Y": max(16, min(ROW_TILE // np2, d2)),  # X columns a finish loads at once
+        "BLOCK_A": max(16, min(APPLY_TILE // np2, d2)),  # ... the wide kernel's y, at once
     }
 
 
-_CONSTS = ("N", "D", "J", "NP", "JP", "BLOCK_T", "BLOCK_W", "BLOCK_K", "BLOCK_Y", "SB", "RB", "SG",
-           "NORM_EPS", "HC_EPS", "ITERS")
+_CONSTS = ("N", "D", "J", "NP", "JP", "BLOCK_T", "BLOCK_W", "BLOCK_K", "BLOCK_Y", "BLOCK_A", "SB",
+           "RB", "SG", "LAG", "NORM_EPS", "HC_EPS", "ITERS")
 _SIG = ["x_ptr", "fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "post_ptr", "comb_ptr", "part_ptr",
         "rows", "rows_pad", "splits", "kb_split", "sx_row", "sx_stream", "s_fn", "sy_row",
         "spost_row", "scomb_row", "scomb_i"]
@@ -108,7 +111,8 @@ def _constexprs(spec: HCPreSpec) -> list[str]:
     b = _blocks(spec)
     vals = {"N": spec.n, "D": spec.d, "J": b["J"], "NP": b["NP"], "JP": b["JP"],
             "BLOCK_T": BLOCK_T, "BLOCK_W": WIDE_BLOCK, "BLOCK_K": b["BLOCK_K"],
-            "BLOCK_Y": b["BLOCK_Y"], "SB": SPLIT_BLOCK, "RB": WIDE_BLOCK, "SG": GATE_SPLITS,
+            "BLOCK_Y": b["BLOCK_Y"], "BLOCK_A": b["BLOCK_A"], "SB": SPLIT_BLOCK,
+            "RB": WIDE_BLOCK, "SG": GATE_SPLITS, "LAG": WIDE_LAG,
             "NORM_EPS": spec.norm_eps, "HC_EPS": spec.hc_eps, "ITERS": spec.iters}
     return [f"{k}: tl.constexpr = {vals[k]!r}" for k in _CONSTS]
 
@@ -168,12 +172,12 @@ def _partials(x_ptr, fn_ptr, part_ptr, blk, split, rows, rows_pad, kb_split, sx_
 _LOAD_X = "x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)\n"
 
 
-def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
-    """`body` over the row's X: `x` loaded once already (`whole`), else BLOCK_Y columns at a
+def _row_pass(body: str, whole: bool, load: str = _LOAD_X, block: str = "BLOCK_Y") -> str:
+    """`body` over the row's X: `x` loaded once already (`whole`), else `block` columns at a
     time, each after `load` (the row is in L2 after a first pass)."""
     if whole:
         return body
-    return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{_indent(load + body, 4)}"
+    return f"for d0 in range(0, D, {block}):\n    d = d0 + dd\n{_indent(load + body, 4)}"
 
 
 def _sinkhorn(lead: int) -> str:
@@ -297,46 +301,62 @@ logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
 
 
 def _apply_body(spec: HCPreSpec) -> str:
-    """The wide kernel's finish, y of one row `row` (int64): y = sum_i pre[i] * X[i] (its rms
-    with out_eps), the streams loaded one vector each, so y needs no reduction across streams."""
-    whole = _blocks(spec)["BLOCK_Y"] >= spec.d
+    """The wide kernel's y of one row `row` (int64): y = sum_i pre[i] * X[i] (its rms with
+    out_eps), the streams loaded one vector each, so y needs no reduction across streams."""
+    whole = _blocks(spec)["BLOCK_A"] >= spec.d
     y = "y = (" + "\n     + ".join(f"p{i} * tl.load(x_row + {i} * sx_stream + d, mask=d < D, "
                                     f"other=0.0)" for i in range(spec.n)) + ")\n"
     norm, scale = "", ""
     if spec.out_eps is not None:
-        norm = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
-                + _row_pass(y + "sq += y * y\n", whole, "")
+        norm = ("sq = tl.zeros((BLOCK_A,), tl.float32)\n"
+                + _row_pass(y + "sq += y * y\n", whole, "", "BLOCK_A")
                 + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
         scale = "y = y * inv\n"
     again = "" if whole and spec.out_eps is not None else y
     store = _row_pass(again + scale + "tl.store(y_ptr + row * sy_row + d, "
-                      "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, "")
-    loads = "".join(f"p{i} = tl.load(pre_row + {i})\n" for i in range(spec.n))
+                      "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, "", "BLOCK_A")
+    # pre was stored by another program: past L1
+    loads = "".join(f"p{i} = tl.load(pre_row + {i}, cache_modifier=\".cg\")\n"
+                    for i in range(spec.n))
     return ("x_row = x_ptr + row * sx_row\n"
             "pre_row = part_ptr + ((splits + 1) * rows_pad + row) * JP\n"
             f"{loads}{'d = dd' + chr(10) if whole else ''}{norm}{store}")
 
 
 def _wide_body(spec: HCPreSpec) -> str:
-    """The wide kernel: a program's (row block, split) partials, then the block's ticket; the
-    last program finishes the block (gates, then y row by row)."""
+    """The wide kernel. Program (block b, split s): b's split-s partials, then b's ticket; the
+    last of b's programs runs b's gates and marks b ready (count = splits + 1). Then, LAG
+    blocks behind, it writes y for rows s, s + splits, ... of block b - LAG, whose X was read
+    moments ago (in L2), once that block is ready; the last of those to finish resets the
+    block's counter for the next launch. LAG blocks of programs past the last block only
+    write y. A program waits only on programs launched before it (the GPU starts a grid's
+    programs in order; the interpreter runs them in order), so the wait always ends."""
     part_args = ("x_ptr fn_ptr part_ptr blk split rows rows_pad kb_split sx_row sx_stream s_fn D "
                  "N J JP BLOCK_W BLOCK_K True").split()
-    rhead, rtail = runtime_loop("rr", "t0", "t_end", "1", " " * 4)
+    rhead, rtail = runtime_loop("rr", "t0 + split", "t_end", "splits", " " * 4)
     return f'''blk = tl.program_id(0) // splits  # a block's splits are consecutive programs
 split = tl.program_id(0) - blk * splits
-{wrap("_partials(", part_args, ")", 10)}
-tl.debug_barrier()  # every thread's partials are written before the ticket
-ticket = tl.atomic_add(count_ptr + blk, 1, sem="acq_rel")
-if ticket == splits - 1:
-    tl.debug_barrier()
-    tl.store(count_ptr + blk, 0)
+if blk < rows_pad // RB:
+{wrap("    _partials(", part_args, ")", 14)}
+    tl.debug_barrier()  # every thread's partials are written before the ticket
+    ticket = tl.atomic_add(count_ptr + blk, 1, sem="acq_rel")
+    if ticket == splits - 1:
+        t0 = blk * RB
+{_indent(_gates_body(), 8)}        tl.debug_barrier()  # every thread's gates are written before the mark
+        tl.atomic_add(count_ptr + blk, 1, sem="release")
+blk -= LAG
+if blk >= 0:
+    ready = tl.atomic_add(count_ptr + blk, 0, sem="acquire")
+    while ready <= splits:
+        ready = tl.atomic_add(count_ptr + blk, 0, sem="acquire")
     t0 = blk * RB
-{_indent(_gates_body(), 4)}    tl.debug_barrier()  # pre is read back by other threads
     t_end = tl.minimum(t0 + RB, rows)
-    dd = tl.arange(0, BLOCK_Y)
+    dd = tl.arange(0, BLOCK_A)
 {rhead}        row = rr.to(tl.int64)
-{_indent(_apply_body(spec), 8)}{rtail}'''
+{_indent(_apply_body(spec), 8)}{rtail}    tl.debug_barrier()  # every thread's reads of the block are done
+    if tl.atomic_add(count_ptr + blk, 1, sem="acq_rel") == 2 * splits:
+        tl.store(count_ptr + blk, 0)
+'''
 
 
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
@@ -393,14 +413,12 @@ def _wide(rows: int, fused: bool) -> bool:
 
 def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]:
     """(rows a projection program, row blocks, rows_pad, K splits) of a launch: enough programs
-    for ~4 per multiprocessor; the wide kernel at least WIDE_SPLITS a block."""
+    for ~4 per multiprocessor; the wide kernel WIDE_SPLITS a block."""
     wide = _wide(rows, fused)
     block = WIDE_BLOCK if wide else BLOCK_T
     blocks = triton.cdiv(rows, block)
     k_blocks = spec.n * triton.cdiv(spec.d, _blocks(spec)["BLOCK_K"])
-    splits = min(k_blocks, MAX_SPLITS, triton.cdiv(4 * SMS, blocks))
-    if wide:
-        splits = min(k_blocks, max(splits, WIDE_SPLITS))
+    splits = min(k_blocks, WIDE_SPLITS if wide else min(MAX_SPLITS, triton.cdiv(4 * SMS, blocks)))
     return block, blocks, blocks * block, max(1, splits)
 
 
@@ -440,7 +458,8 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
     elif _wide(rows, fused):
-        wide[(row_blocks * nsplit,)](*args, count, num_warps=WIDE_WARPS, num_stages=WIDE_STAGES)
+        wide[((row_blocks + WIDE_LAG) * nsplit,)](*args, count, num_warps=WIDE_WARPS,
+                                                  num_stages=WIDE_STAGES)
     else:
         proj[(row_blocks, nsplit)](*args, num_warps=PROJ_WARPS, num_stages=PROJ_STAGES)
         finish[(rows,)](*args, num_warps=FINISH_WARPS)
