@@ -342,7 +342,7 @@ if blk < rows_pad // RB:
     ticket = tl.atomic_add(count_ptr + blk, 1, sem="acq_rel")
     if ticket == splits - 1:
         t0 = blk * RB
-{_indent(_gates_body(), 8)}        tl.debug_barrier()  # every thread's gates are written before the mark
+{_indent(_gates_body(), 8)}        tl.debug_barrier()  # the gates are written before the mark
         tl.atomic_add(count_ptr + blk, 1, sem="release")
 blk -= LAG
 if blk >= 0:
@@ -353,7 +353,7 @@ if blk >= 0:
     t_end = tl.minimum(t0 + RB, rows)
     dd = tl.arange(0, BLOCK_A)
 {rhead}        row = rr.to(tl.int64)
-{_indent(_apply_body(spec), 8)}{rtail}    tl.debug_barrier()  # every thread's reads of the block are done
+{_indent(_apply_body(spec), 8)}{rtail}    tl.debug_barrier()  # this program's reads are done
     if tl.atomic_add(count_ptr + blk, 1, sem="acq_rel") == 2 * splits:
         tl.store(count_ptr + blk, 0)
 '''

@@ -232,7 +232,7 @@ def k01_hc_pre_l0_hc_attn_fn_wide(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
                 c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
             tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
                      + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None, :, :])
-            tl.debug_barrier()  # every thread's gates are written before the mark
+            tl.debug_barrier()  # the gates are written before the mark
             tl.atomic_add(count_ptr + blk, 1, sem="release")
     blk -= LAG
     if blk >= 0:
@@ -260,6 +260,6 @@ def k01_hc_pre_l0_hc_attn_fn_wide(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
             inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
             y = y * inv
             tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
-        tl.debug_barrier()  # every thread's reads of the block are done
+        tl.debug_barrier()  # this program's reads are done
         if tl.atomic_add(count_ptr + blk, 1, sem="acq_rel") == 2 * splits:
             tl.store(count_ptr + blk, 0)
