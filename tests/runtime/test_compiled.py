@@ -99,12 +99,12 @@ def test_kda_output_norm_is_the_o_proj_prologue():
 
 def test_plan_counts_hc_pre_launches():
     # one row: the one launch (or none, folded); then projection + finish; above HC_WIDE_ROWS
-    # the wide kernel alone
+    # projection + gates + apply
     wide = kernel_plan.HC_WIDE_ROWS
     sites = [k for k in _plan("llama", "tiny-hc").plan.kernels if k.emitter == "hc_pre"]
     assert sites
     for k in sites:
-        assert [k.launches_at(r) for r in (2, wide, wide + 1)] == [2, 2, 1]
+        assert [k.launches_at(r) for r in (2, wide, wide + 1)] == [2, 2, 3]
         assert k.launches_at(1) == (0 if k.folded else 1)
 
 

@@ -1,14 +1,14 @@
-"""mHC pre-site kernels: exactly `hyperloom.ir.semantics.hc.hc_pre`; one module, four kernels
-(`kernel_names`) run as one launch (`fused`: a decode step), two (up to WIDE_ROWS rows) or one
-(`wide`: a prefill chunk).
+"""mHC pre-site kernels: exactly `hyperloom.ir.semantics.hc.hc_pre`; one module, five kernels
+(`kernel_names`) run as one launch (`fused`: a decode step), two (up to WIDE_ROWS rows) or three
+(a prefill chunk).
 
 Inputs X fp32 [rows, n, D], fn [(2+n)*n, n*D] (bf16 or fp32), base fp32 [(2+n)*n], scale fp32 [3];
 outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), post fp32
 [rows, n], comb fp32 [rows, n, n].
 
-_partials: one (row block, K split) of the projection: split-K over the flat n*D axis, so a few
-rows still spread over every multiprocessor (decode: up to 128 splits) and many rows sweep X
-once; it writes partial projections m = X_flat @ fn^T (and, for the gates, sum(x^2) in column
+_partials (grid (cdiv(rows, BLOCK_T), splits)): split-K over the flat n*D axis, so a few rows
+still spread over every multiprocessor (decode: up to 128 splits) and many rows sweep X once; each
+program writes its partial projections m = X_flat @ fn^T (and, for the gates, sum(x^2) in column
 J) to a scratch row [split, row, JP].
 _finish_row: one row's partials summed in wide tiles; its X row (in registers when it fits)
 gives sum(x^2), so the stream norm costs the projection nothing; the gates; every Sinkhorn
@@ -18,10 +18,11 @@ iteration in registers; post, comb and y = sum_i pre[i] * X[i] (rms(y) with out_
 the next launch and CUDA-graph replays) and finishes the live rows in turn. Decode's one launch.
 {name}_proj + {name}_finish (grid (rows,)): the same work for a few rows, every row finished by
 its own program in parallel.
-{name}_wide: many rows, one launch. Programs run a row block's K splits back to back; the last
-of them (by ticket) runs the block's gates (the Sinkhorn of its WIDE_BLOCK rows in one [RB, n,
-n] tile, reductions inside warps), and the programs WIDE_LAG blocks later write its y while
-its X is still in L2: X is read from HBM once (`_wide_body`).
+{name}_proj + {name}_gates + {name}_apply: many rows. The gates take RB rows a program, the n x n
+Sinkhorn of every row in one [RB, n, n] tile (its reductions stay inside warps), and park pre in
+the scratch after the partials; the apply streams one X row a program into y, a pure
+read-reduce-write with no serial gate math between its loads (on the H200 at 2048 rows x 4 x
+4096: 46 + 7 + 38 us, against 130 us for projection + finish).
 """
 
 from __future__ import annotations
@@ -37,18 +38,16 @@ from hyperloom.config import CONFIG
 from hyperloom.passes.kernel_plan import HC_WIDE_ROWS
 
 BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >= 16
-WIDE_ROWS = HC_WIDE_ROWS  # above this many rows: the wide kernel
-PROJ_WARPS, PROJ_STAGES = 4, 3  # projection programs of projection + finish steps
-WIDE_BLOCK, WIDE_SPLITS, WIDE_WARPS, WIDE_STAGES = 16, 16, 4, 3  # the wide kernel: rows a
-# block, K splits (a program's X share small, so the X in flight fits in L2), its programs
-WIDE_LAG = 2  # blocks between a block's projection and its y
-APPLY_TILE = 4096  # X elements a wide program loads at once for y
+WIDE_ROWS = HC_WIDE_ROWS  # above this many rows: gates + apply (at 16 to 256 rows the finish is
+# faster)
+PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of gates + apply steps
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = 64  # splits whose partials a finish sums per load
 ROW_TILE = 16384  # X elements of one row a finish loads at once
 FINISH_WARPS = 16  # ROW_TILE / 512 threads = 32 registers each
-GATE_SPLITS = 16  # splits the wide kernel's finish sums at once
+GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
+APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
 # at 16 (Sinkhorn's reductions cross fewer warps; it is 2.2 us of the 9.25)
 
@@ -77,8 +76,8 @@ class HCPreSpec:
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
-    """(one-launch, projection, finish, wide kernels) defined by source(name, ...)."""
-    return name, f"{name}_proj", f"{name}_finish", f"{name}_wide"
+    """(one-launch, projection, finish, gates, apply kernels) defined by source(name, ...)."""
+    return name, f"{name}_proj", f"{name}_finish", f"{name}_gates", f"{name}_apply"
 
 
 def _indent(text: str, by: int) -> str:
@@ -96,12 +95,11 @@ def _blocks(spec: HCPreSpec) -> dict[str, int]:
         "JP": max(16, triton.next_power_of_2(j + 1)),  # column J: sum(x^2); tl.dot N >= 16
         "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_Y": max(16, min(ROW_TILE // np2, d2)),  # X columns a finish loads at once
-        "BLOCK_A": max(16, min(APPLY_TILE // np2, d2)),  # ... the wide kernel's y, at once
     }
 
 
-_CONSTS = ("N", "D", "J", "NP", "JP", "BLOCK_T", "BLOCK_W", "BLOCK_K", "BLOCK_Y", "BLOCK_A", "SB",
-           "RB", "SG", "LAG", "NORM_EPS", "HC_EPS", "ITERS")
+_CONSTS = ("N", "D", "J", "NP", "JP", "BLOCK_T", "BLOCK_P", "BLOCK_K", "BLOCK_Y", "SB", "RB", "SG",
+           "NORM_EPS", "HC_EPS", "ITERS")
 _SIG = ["x_ptr", "fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "post_ptr", "comb_ptr", "part_ptr",
         "rows", "rows_pad", "splits", "kb_split", "sx_row", "sx_stream", "s_fn", "sy_row",
         "spost_row", "scomb_row", "scomb_i"]
@@ -110,9 +108,8 @@ _SIG = ["x_ptr", "fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "post_ptr", "comb_p
 def _constexprs(spec: HCPreSpec) -> list[str]:
     b = _blocks(spec)
     vals = {"N": spec.n, "D": spec.d, "J": b["J"], "NP": b["NP"], "JP": b["JP"],
-            "BLOCK_T": BLOCK_T, "BLOCK_W": WIDE_BLOCK, "BLOCK_K": b["BLOCK_K"],
-            "BLOCK_Y": b["BLOCK_Y"], "BLOCK_A": b["BLOCK_A"], "SB": SPLIT_BLOCK,
-            "RB": WIDE_BLOCK, "SG": GATE_SPLITS, "LAG": WIDE_LAG,
+            "BLOCK_T": BLOCK_T, "BLOCK_P": PROJ_ROWS, "BLOCK_K": b["BLOCK_K"],
+            "BLOCK_Y": b["BLOCK_Y"], "SB": SPLIT_BLOCK, "RB": GATE_ROWS, "SG": GATE_SPLITS,
             "NORM_EPS": spec.norm_eps, "HC_EPS": spec.hc_eps, "ITERS": spec.iters}
     return [f"{k}: tl.constexpr = {vals[k]!r}" for k in _CONSTS]
 
@@ -136,19 +133,19 @@ def _partials_source() -> str:
     head, tail = runtime_loop("b", "b_lo", "b_hi", "1", " " * 4)
     return f'''
 @triton.jit
-def _partials(x_ptr, fn_ptr, part_ptr, blk, split, rows, rows_pad, kb_split, sx_row, sx_stream,
-              s_fn, D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
+def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
+              D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SQ: tl.constexpr):
-    """Split `split`'s K blocks of m = X_flat @ fn^T for row block `blk` (BLOCK_T rows), to the
-    scratch (SQ: and sum(x^2) in column J, for the gates). A K block lies in one stream, so its
-    columns are contiguous (vector loads) at a scalar offset."""
-    t = blk * BLOCK_T + tl.arange(0, BLOCK_T)
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch (SQ:
+    and sum(x^2) in column J, for the gates). A block lies in one stream, so its columns are
+    contiguous (vector loads) at a scalar offset."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
     j = tl.arange(0, JP)
     kk = tl.arange(0, BLOCK_K)
     KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
-    b_lo = split * kb_split
+    b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0: column J is free
     if SQ:
@@ -164,7 +161,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, blk, split, rows, rows_pad, kb_split, sx_
             sq += x * x
 {_indent(dot, 8)}{tail}    if SQ:
         acc += tl.where(j == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
-    part = part_ptr + (split * rows_pad + t64)[:, None] * JP
+    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 '''
 
@@ -172,12 +169,12 @@ def _partials(x_ptr, fn_ptr, part_ptr, blk, split, rows, rows_pad, kb_split, sx_
 _LOAD_X = "x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)\n"
 
 
-def _row_pass(body: str, whole: bool, load: str = _LOAD_X, block: str = "BLOCK_Y") -> str:
-    """`body` over the row's X: `x` loaded once already (`whole`), else `block` columns at a
+def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
+    """`body` over the row's X: `x` loaded once already (`whole`), else BLOCK_Y columns at a
     time, each after `load` (the row is in L2 after a first pass)."""
     if whole:
         return body
-    return f"for d0 in range(0, D, {block}):\n    d = d0 + dd\n{_indent(load + body, 4)}"
+    return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{_indent(load + body, 4)}"
 
 
 def _sinkhorn(lead: int) -> str:
@@ -257,12 +254,12 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
 
 
 def _gates_body() -> str:
-    """The wide kernel's finish, gates of its block's rows t0 + [0, RB): their partials summed
-    over the splits SG at a time as one flat tile (a block's rows are contiguous in a split)
-    into scratch split `splits`, then gathered by kind; gates, Sinkhorn over [RB, NP, NP]; pre
-    parked at split `splits + 1`."""
+    """A wide step's gates for RB rows: their partials summed over the splits SG at a time as
+    one flat tile (a block's rows are contiguous in a split) into scratch split `splits`, then
+    gathered by kind; gates, Sinkhorn over [RB, NP, NP]; pre parked at split `splits + 1`."""
     head, tail = runtime_loop("s0", "0", "splits", "SG", "")
-    return f'''flat = tl.arange(0, RB * JP)
+    return f'''t0 = tl.program_id(0) * RB
+flat = tl.arange(0, RB * JP)
 fmask = flat < (rows - t0) * JP
 sg = tl.arange(0, SG)
 acc = tl.zeros((SG, RB * JP), tl.float32)
@@ -301,75 +298,39 @@ logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
 
 
 def _apply_body(spec: HCPreSpec) -> str:
-    """The wide kernel's y of one row `row` (int64): y = sum_i pre[i] * X[i] (its rms with
-    out_eps), the streams loaded one vector each, so y needs no reduction across streams."""
-    whole = _blocks(spec)["BLOCK_A"] >= spec.d
+    """A wide step's finish for one row: y = sum_i pre[i] * X[i] (its rms with out_eps), the
+    streams loaded one vector each, so y needs no reduction across streams."""
+    whole = _blocks(spec)["BLOCK_Y"] >= spec.d
     y = "y = (" + "\n     + ".join(f"p{i} * tl.load(x_row + {i} * sx_stream + d, mask=d < D, "
                                     f"other=0.0)" for i in range(spec.n)) + ")\n"
     norm, scale = "", ""
     if spec.out_eps is not None:
-        norm = ("sq = tl.zeros((BLOCK_A,), tl.float32)\n"
-                + _row_pass(y + "sq += y * y\n", whole, "", "BLOCK_A")
+        norm = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
+                + _row_pass(y + "sq += y * y\n", whole, "")
                 + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
         scale = "y = y * inv\n"
     again = "" if whole and spec.out_eps is not None else y
     store = _row_pass(again + scale + "tl.store(y_ptr + row * sy_row + d, "
-                      "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, "", "BLOCK_A")
-    # pre was stored by another program: past L1
-    loads = "".join(f"p{i} = tl.load(pre_row + {i}, cache_modifier=\".cg\")\n"
-                    for i in range(spec.n))
-    return ("x_row = x_ptr + row * sx_row\n"
-            "pre_row = part_ptr + ((splits + 1) * rows_pad + row) * JP\n"
+                      "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, "")
+    loads = "".join(f"p{i} = tl.load(pre + {i})\n" for i in range(spec.n))
+    return (f"row = tl.program_id(0).to(tl.int64)\ndd = tl.arange(0, BLOCK_Y)\n"
+            f"x_row = x_ptr + row * sx_row\npre = part_ptr + ((splits + 1) * rows_pad + row) * JP\n"
             f"{loads}{'d = dd' + chr(10) if whole else ''}{norm}{store}")
 
 
-def _wide_body(spec: HCPreSpec) -> str:
-    """The wide kernel. Program (block b, split s): b's split-s partials, then b's ticket; the
-    last of b's programs runs b's gates and marks b ready (count = splits + 1). Then, LAG
-    blocks behind, it writes y for rows s, s + splits, ... of block b - LAG, whose X was read
-    moments ago (in L2), once that block is ready; the last of those to finish resets the
-    block's counter for the next launch. LAG blocks of programs past the last block only
-    write y. A program waits only on programs launched before it (the GPU starts a grid's
-    programs in order; the interpreter runs them in order), so the wait always ends."""
-    part_args = ("x_ptr fn_ptr part_ptr blk split rows rows_pad kb_split sx_row sx_stream s_fn D "
-                 "N J JP BLOCK_W BLOCK_K True").split()
-    rhead, rtail = runtime_loop("rr", "t0 + split", "t_end", "splits", " " * 4)
-    return f'''blk = tl.program_id(0) // splits  # a block's splits are consecutive programs
-split = tl.program_id(0) - blk * splits
-if blk < rows_pad // RB:
-{wrap("    _partials(", part_args, ")", 14)}
-    tl.debug_barrier()  # every thread's partials are written before the ticket
-    ticket = tl.atomic_add(count_ptr + blk, 1, sem="acq_rel")
-    if ticket == splits - 1:
-        t0 = blk * RB
-{_indent(_gates_body(), 8)}        tl.debug_barrier()  # the gates are written before the mark
-        tl.atomic_add(count_ptr + blk, 1, sem="release")
-blk -= LAG
-if blk >= 0:
-    ready = tl.atomic_add(count_ptr + blk, 0, sem="acquire")
-    while ready <= splits:
-        ready = tl.atomic_add(count_ptr + blk, 0, sem="acquire")
-    t0 = blk * RB
-    t_end = tl.minimum(t0 + RB, rows)
-    dd = tl.arange(0, BLOCK_A)
-{rhead}        row = rr.to(tl.int64)
-{_indent(_apply_body(spec), 8)}{rtail}    tl.debug_barrier()  # this program's reads are done
-    if tl.atomic_add(count_ptr + blk, 1, sem="acq_rel") == 2 * splits:
-        tl.store(count_ptr + blk, 0)
-'''
-
-
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
-    fused, proj, finish, wide = kernel_names(name)
+    fused, proj, finish, gates, apply = kernel_names(name)
     consts = _constexprs(spec)
     out_eps = [] if spec.out_eps is None else [f"OUT_EPS: tl.constexpr = {spec.out_eps!r}"]
     params = _SIG + consts + out_eps
-    part_args = ("x_ptr fn_ptr part_ptr tl.program_id(0) tl.program_id(1) rows rows_pad kb_split "
-                 "sx_row sx_stream s_fn D N J JP BLOCK_T BLOCK_K False").split()
+    part_args = ("x_ptr fn_ptr part_ptr rows rows_pad kb_split sx_row sx_stream s_fn D N J JP "
+                 "BLOCK_T BLOCK_K").split()
+    wide_args = [a if a != "BLOCK_T" else "BLOCK_P" for a in part_args] + ["SQ"]
     row_args = ("x_ptr base_ptr scale_ptr y_ptr post_ptr comb_ptr part_ptr rows_pad splits "
                 "sx_row sx_stream sy_row spost_row scomb_row scomb_i N D J NP JP SB BLOCK_Y "
                 "NORM_EPS HC_EPS ITERS").split() + (["OUT_EPS"] if out_eps else [])
-    partials = wrap("    _partials(", part_args, ")", 14)
+    partials = wrap("    _partials(", part_args + ["False"], ")", 14)
+    wide = wrap("    _partials(", wide_args, ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
     wait = pdl("    ")
@@ -388,8 +349,8 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 {rtail}
 
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {proj}(", params, "):", 8)}
-{wait}{partials}
+{wrap(f"def {proj}(", params + ["SQ: tl.constexpr = False"], "):", 8)}
+{wait}{wide}
 
 
 @triton.jit(do_not_specialize={dns})
@@ -398,8 +359,12 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {wide}(", _SIG + ["count_ptr"] + consts + out_eps, "):", 8)}
-{wait}{_indent(_wide_body(spec), 4)}'''
+{wrap(f"def {gates}(", params, "):", 8)}
+{wait}{_indent(_gates_body(), 4)}
+
+@triton.jit(do_not_specialize={dns})
+{wrap(f"def {apply}(", params, "):", 8)}
+{wait}{_indent(_apply_body(spec), 4)}'''
 
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
@@ -407,48 +372,42 @@ def source(name: str, spec: HCPreSpec, header: str = "") -> str:
             f"{_partials_source()}\n{finish_source(spec)}\n{_kernels_source(name, spec)}")
 
 
-def _wide(rows: int, fused: bool) -> bool:
-    return rows > WIDE_ROWS and not fused
-
-
 def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]:
     """(rows a projection program, row blocks, rows_pad, K splits) of a launch: enough programs
-    for ~4 per multiprocessor; the wide kernel WIDE_SPLITS a block."""
-    wide = _wide(rows, fused)
-    block = WIDE_BLOCK if wide else BLOCK_T
+    for ~4 per multiprocessor."""
+    block = PROJ_ROWS if rows > WIDE_ROWS and not fused else BLOCK_T
     blocks = triton.cdiv(rows, block)
     k_blocks = spec.n * triton.cdiv(spec.d, _blocks(spec)["BLOCK_K"])
-    splits = min(k_blocks, WIDE_SPLITS if wide else min(MAX_SPLITS, triton.cdiv(4 * SMS, blocks)))
-    return block, blocks, blocks * block, max(1, splits)
+    return (block, blocks, blocks * block,
+            max(1, min(k_blocks, MAX_SPLITS, triton.cdiv(4 * SMS, blocks))))
 
 
 def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp32 partials, int32 zeroed ticket counters) for any launch of up to max_rows rows; the
     kernels leave the counters zeroed, so one pair serves every site in turn."""
     jp = _blocks(spec)["JP"]
-    part = max((nsplit + 2) * rows_pad  # + 2: the wide finish's sums, pre
-               for r in range(1, max_rows + 1) for fused in (True, False)
+    part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, pre
+               for r in range(1, max_rows + 1, BLOCK_T) for fused in (True, False)
                for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
     return (torch.empty(part, dtype=torch.float32, device=device),
-            torch.zeros(triton.cdiv(max_rows, min(BLOCK_T, WIDE_BLOCK)), dtype=torch.int32,
-                        device=device))
+            torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
 
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
            part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool) -> None:
-    """kernels: the four of kernel_names(name), loaded; part, count: from scratch(spec, >=
+    """kernels: the five of kernel_names(name), loaded; part, count: from scratch(spec, >=
     rows). fused: one launch whose last program per row block finishes its rows in turn (the
     faster form for one row), else the projection and a finish program per row, or above
-    WIDE_ROWS rows the wide kernel (its last program per block finishes the block)."""
+    WIDE_ROWS rows the projection, gates over row blocks and an apply program per row."""
     if rows == 0:
         return
     for t in (x, fn, y, post, comb):
         assert t.stride(-1) == 1, "last dims must be contiguous"
     assert base.is_contiguous() and scale.is_contiguous()
-    one, proj, finish, wide = kernels
+    one, proj, finish, gates, apply = kernels
     b = _blocks(spec)
-    _, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
+    block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
     assert part.numel() >= (nsplit + 2) * rows_pad * b["JP"] and count.numel() >= row_blocks, \
         "hc_pre scratch too small"
     kb_split = triton.cdiv(spec.n * triton.cdiv(spec.d, b["BLOCK_K"]), nsplit)
@@ -457,9 +416,11 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
             comb.stride(1))
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
-    elif _wide(rows, fused):
-        wide[((row_blocks + WIDE_LAG) * nsplit,)](*args, count, num_warps=WIDE_WARPS,
-                                                  num_stages=WIDE_STAGES)
-    else:
-        proj[(row_blocks, nsplit)](*args, num_warps=PROJ_WARPS, num_stages=PROJ_STAGES)
+        return
+    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, SQ=block != BLOCK_T, num_warps=PROJ_WARPS,
+                               num_stages=PROJ_STAGES)
+    if block == BLOCK_T:
         finish[(rows,)](*args, num_warps=FINISH_WARPS)
+        return
+    gates[(triton.cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)
+    apply[(rows,)](*args, num_warps=APPLY_WARPS)

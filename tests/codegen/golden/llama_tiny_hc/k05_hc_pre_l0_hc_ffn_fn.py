@@ -13,19 +13,19 @@ import triton.language as tl
 
 
 @triton.jit
-def _partials(x_ptr, fn_ptr, part_ptr, blk, split, rows, rows_pad, kb_split, sx_row, sx_stream,
-              s_fn, D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
+def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
+              D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SQ: tl.constexpr):
-    """Split `split`'s K blocks of m = X_flat @ fn^T for row block `blk` (BLOCK_T rows), to the
-    scratch (SQ: and sum(x^2) in column J, for the gates). A K block lies in one stream, so its
-    columns are contiguous (vector loads) at a scalar offset."""
-    t = blk * BLOCK_T + tl.arange(0, BLOCK_T)
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch (SQ:
+    and sum(x^2) in column J, for the gates). A block lies in one stream, so its columns are
+    contiguous (vector loads) at a scalar offset."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
     j = tl.arange(0, JP)
     kk = tl.arange(0, BLOCK_K)
     KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
-    b_lo = split * kb_split
+    b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0: column J is free
     if SQ:
@@ -49,7 +49,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, blk, split, rows, rows_pad, kb_split, sx_
             acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
     if SQ:
         acc += tl.where(j == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
-    part = part_ptr + (split * rows_pad + t64)[:, None] * JP
+    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 
 
@@ -117,13 +117,13 @@ def k05_hc_pre_l0_hc_ffn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr,
         rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row,
         scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_W: tl.constexpr = 16, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        BLOCK_A: tl.constexpr = 64, SB: tl.constexpr = 64, RB: tl.constexpr = 16,
-        SG: tl.constexpr = 16, LAG: tl.constexpr = 2, NORM_EPS: tl.constexpr = 1e-05,
-        HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    _partials(x_ptr, fn_ptr, part_ptr, tl.program_id(0), tl.program_id(1), rows, rows_pad, kb_split,
-              sx_row, sx_stream, s_fn, D, N, J, JP, BLOCK_T, BLOCK_K, False)
+    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
+              JP, BLOCK_T, BLOCK_K, False)
     # every thread's partials are written before the ticket; the last ticket finishes the block
     tl.debug_barrier()
     ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
@@ -143,13 +143,13 @@ def k05_hc_pre_l0_hc_ffn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_W: tl.constexpr = 16, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        BLOCK_A: tl.constexpr = 64, SB: tl.constexpr = 64, RB: tl.constexpr = 16,
-        SG: tl.constexpr = 16, LAG: tl.constexpr = 2, NORM_EPS: tl.constexpr = 1e-05,
-        HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05, SQ: tl.constexpr = False):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    _partials(x_ptr, fn_ptr, part_ptr, tl.program_id(0), tl.program_id(1), rows, rows_pad, kb_split,
-              sx_row, sx_stream, s_fn, D, N, J, JP, BLOCK_T, BLOCK_K, False)
+    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
+              JP, BLOCK_P, BLOCK_K, SQ)
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
@@ -157,10 +157,10 @@ def k05_hc_pre_l0_hc_ffn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_W: tl.constexpr = 16, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        BLOCK_A: tl.constexpr = 64, SB: tl.constexpr = 64, RB: tl.constexpr = 16,
-        SG: tl.constexpr = 16, LAG: tl.constexpr = 2, NORM_EPS: tl.constexpr = 1e-05,
-        HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     _finish_row(tl.program_id(0), x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
                 rows_pad, splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i, N, D, J,
@@ -168,97 +168,87 @@ def k05_hc_pre_l0_hc_ffn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
-def k05_hc_pre_l0_hc_ffn_fn_wide(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+def k05_hc_pre_l0_hc_ffn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
-        scomb_row, scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64,
-        J: tl.constexpr = 24, NP: tl.constexpr = 4, JP: tl.constexpr = 32,
-        BLOCK_T: tl.constexpr = 16, BLOCK_W: tl.constexpr = 16, BLOCK_K: tl.constexpr = 64,
-        BLOCK_Y: tl.constexpr = 64, BLOCK_A: tl.constexpr = 64, SB: tl.constexpr = 64,
-        RB: tl.constexpr = 16, SG: tl.constexpr = 16, LAG: tl.constexpr = 2,
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    blk = tl.program_id(0) // splits  # a block's splits are consecutive programs
-    split = tl.program_id(0) - blk * splits
-    if blk < rows_pad // RB:
-        _partials(x_ptr, fn_ptr, part_ptr, blk, split, rows, rows_pad, kb_split, sx_row, sx_stream,
-                  s_fn, D, N, J, JP, BLOCK_W, BLOCK_K, True)
-        tl.debug_barrier()  # every thread's partials are written before the ticket
-        ticket = tl.atomic_add(count_ptr + blk, 1, sem="acq_rel")
-        if ticket == splits - 1:
-            t0 = blk * RB
-            flat = tl.arange(0, RB * JP)
-            fmask = flat < (rows - t0) * JP
-            sg = tl.arange(0, SG)
-            acc = tl.zeros((SG, RB * JP), tl.float32)
-            for s0 in range(0, splits, SG):
-                s = s0 + sg
-                acc += tl.load(part_ptr + (s[:, None] * rows_pad + t0) * JP + flat[None, :],
-                               mask=(s < splits)[:, None] & fmask[None, :], other=0.0, cache_modifier=".cg")
-            tl.store(part_ptr + (splits * rows_pad + t0) * JP + flat, tl.sum(acc, axis=0), mask=fmask)
-            tl.debug_barrier()  # the sums are read back by other threads of this program
-            t = t0 + tl.arange(0, RB)
-            tmask = t < rows
-            t64 = t.to(tl.int64)
-            ii = tl.arange(0, NP)
-            live = tmask[:, None] & (ii < N)[None, :]
-            valid = (ii[:, None] < N) & (ii[None, :] < N)
-            cell = ii[:, None] * N + ii[None, :]
-            at = part_ptr + (splits * rows_pad + t64) * JP
-            m_pre = tl.load(at[:, None] + ii[None, :], mask=live, other=0.0)
-            m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
-            m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
-                             mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
-            ss = tl.load(at + J, mask=tmask, other=0.0)
-            # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
-            r = tl.rsqrt(ss / (N * D) + NORM_EPS)
-            bias = tl.load(base_ptr + ii, mask=ii < N, other=0.0)
-            pre = tl.sigmoid(m_pre * r[:, None] * tl.load(scale_ptr) + bias[None, :]) + HC_EPS
-            bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
-            post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
-            tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
-            pre_at = part_ptr + ((splits + 1) * rows_pad + t64) * JP
-            tl.store(pre_at[:, None] + ii[None, :], pre, mask=live)
-            bias = tl.load(base_ptr + 2 * N + cell, mask=valid, other=0.0)
-            logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
-            # Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
-            logits = tl.where(valid, logits, -1e30)
-            e = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
-            c = tl.where(valid, e / tl.sum(e, axis=2)[:, :, None] + HC_EPS, 0.0)
-            c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
-            for _ in range(ITERS - 1):
-                c = c / (tl.sum(c, axis=2)[:, :, None] + HC_EPS)
-                c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
-            tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
-                     + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None, :, :])
-            tl.debug_barrier()  # the gates are written before the mark
-            tl.atomic_add(count_ptr + blk, 1, sem="release")
-    blk -= LAG
-    if blk >= 0:
-        ready = tl.atomic_add(count_ptr + blk, 0, sem="acquire")
-        while ready <= splits:
-            ready = tl.atomic_add(count_ptr + blk, 0, sem="acquire")
-        t0 = blk * RB
-        t_end = tl.minimum(t0 + RB, rows)
-        dd = tl.arange(0, BLOCK_A)
-        for rr in range(t0 + split, t_end, splits):
-            row = rr.to(tl.int64)
-            x_row = x_ptr + row * sx_row
-            pre_row = part_ptr + ((splits + 1) * rows_pad + row) * JP
-            p0 = tl.load(pre_row + 0, cache_modifier=".cg")
-            p1 = tl.load(pre_row + 1, cache_modifier=".cg")
-            p2 = tl.load(pre_row + 2, cache_modifier=".cg")
-            p3 = tl.load(pre_row + 3, cache_modifier=".cg")
-            d = dd
-            sq = tl.zeros((BLOCK_A,), tl.float32)
-            y = (p0 * tl.load(x_row + 0 * sx_stream + d, mask=d < D, other=0.0)
-                 + p1 * tl.load(x_row + 1 * sx_stream + d, mask=d < D, other=0.0)
-                 + p2 * tl.load(x_row + 2 * sx_stream + d, mask=d < D, other=0.0)
-                 + p3 * tl.load(x_row + 3 * sx_stream + d, mask=d < D, other=0.0))
-            sq += y * y
-            inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
-            y = y * inv
-            tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
-        tl.debug_barrier()  # this program's reads are done
-        if tl.atomic_add(count_ptr + blk, 1, sem="acq_rel") == 2 * splits:
-            tl.store(count_ptr + blk, 0)
+    t0 = tl.program_id(0) * RB
+    flat = tl.arange(0, RB * JP)
+    fmask = flat < (rows - t0) * JP
+    sg = tl.arange(0, SG)
+    acc = tl.zeros((SG, RB * JP), tl.float32)
+    for s0 in range(0, splits, SG):
+        s = s0 + sg
+        acc += tl.load(part_ptr + (s[:, None] * rows_pad + t0) * JP + flat[None, :],
+                       mask=(s < splits)[:, None] & fmask[None, :], other=0.0, cache_modifier=".cg")
+    tl.store(part_ptr + (splits * rows_pad + t0) * JP + flat, tl.sum(acc, axis=0), mask=fmask)
+    tl.debug_barrier()  # the sums are read back by other threads of this program
+    t = t0 + tl.arange(0, RB)
+    tmask = t < rows
+    t64 = t.to(tl.int64)
+    ii = tl.arange(0, NP)
+    live = tmask[:, None] & (ii < N)[None, :]
+    valid = (ii[:, None] < N) & (ii[None, :] < N)
+    cell = ii[:, None] * N + ii[None, :]
+    at = part_ptr + (splits * rows_pad + t64) * JP
+    m_pre = tl.load(at[:, None] + ii[None, :], mask=live, other=0.0)
+    m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
+    m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
+                     mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
+    ss = tl.load(at + J, mask=tmask, other=0.0)
+    # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+    r = tl.rsqrt(ss / (N * D) + NORM_EPS)
+    bias = tl.load(base_ptr + ii, mask=ii < N, other=0.0)
+    pre = tl.sigmoid(m_pre * r[:, None] * tl.load(scale_ptr) + bias[None, :]) + HC_EPS
+    bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
+    post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
+    tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
+    pre_at = part_ptr + ((splits + 1) * rows_pad + t64) * JP
+    tl.store(pre_at[:, None] + ii[None, :], pre, mask=live)
+    bias = tl.load(base_ptr + 2 * N + cell, mask=valid, other=0.0)
+    logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
+    # Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
+    logits = tl.where(valid, logits, -1e30)
+    e = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
+    c = tl.where(valid, e / tl.sum(e, axis=2)[:, :, None] + HC_EPS, 0.0)
+    c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
+    for _ in range(ITERS - 1):
+        c = c / (tl.sum(c, axis=2)[:, :, None] + HC_EPS)
+        c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
+    tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
+             + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None, :, :])
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k05_hc_pre_l0_hc_ffn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    row = tl.program_id(0).to(tl.int64)
+    dd = tl.arange(0, BLOCK_Y)
+    x_row = x_ptr + row * sx_row
+    pre = part_ptr + ((splits + 1) * rows_pad + row) * JP
+    p0 = tl.load(pre + 0)
+    p1 = tl.load(pre + 1)
+    p2 = tl.load(pre + 2)
+    p3 = tl.load(pre + 3)
+    d = dd
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    y = (p0 * tl.load(x_row + 0 * sx_stream + d, mask=d < D, other=0.0)
+         + p1 * tl.load(x_row + 1 * sx_stream + d, mask=d < D, other=0.0)
+         + p2 * tl.load(x_row + 2 * sx_stream + d, mask=d < D, other=0.0)
+         + p3 * tl.load(x_row + 3 * sx_stream + d, mask=d < D, other=0.0))
+    sq += y * y
+    inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
+    y = y * inv
+    tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
