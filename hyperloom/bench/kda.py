@@ -218,7 +218,8 @@ def recurrent_path(spec: KDASpec, x: Inputs, device: torch.device, copies: int =
                   device)
 
     def launch(**kw: torch.Tensor) -> None:
-        recurrent.launch(kernel, spec, q=x.q, k=x.k, v=x.v, g=x.g, b=x.b, rows=x.rows, **kw)
+        recurrent.launch(kernel, spec, q=x.q, k=x.k, v=x.v, g=x.g, b=x.b, rows=x.rows,
+                         seq_rows=x.rows // x.batch, **kw)
 
     return _ours(spec, x, copies, "emitters.kda (recurrent)", 1, launch)
 

@@ -188,7 +188,7 @@ def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
         if seq_rows >= kda.CHUNKED_ROWS:
             kda_chunk.launch(chunked, cspec, rows=rows, work=work, **args)
         else:
-            kda.launch(rec, spec, rows=rows, **args)
+            kda.launch(rec, spec, rows=rows, seq_rows=seq_rows, **args)
     return run
 
 

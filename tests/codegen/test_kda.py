@@ -1,8 +1,9 @@
 """The KDA recurrence emitter against semantics.kda.kda (fp64): runs of 1 to 5 tokens of
-several sequences in one step (decode rows, verify rows, a prefill in recurrent form), padding
-rows, state columns split over programs, the state read and written in place with the other
-slots untouched, and a run split over two steps equal to one step. CPU: Triton's interpreter in
-fp32; GPU (`gpu` mark): bf16 inputs at GLM-5.3 width (64 heads x 128) on the H200."""
+several sequences in one step (decode rows, verify rows, a prefill in recurrent form; a step
+of one row a sequence takes the SINGLE form), padding rows, state columns split over programs,
+the state read and written in place with the other slots untouched, and a run split over two
+steps equal to one step. CPU: Triton's interpreter in fp32; GPU (`gpu` mark): bf16 inputs at
+GLM-5.3 width (64 heads x 128) on the H200."""
 
 from __future__ import annotations
 
@@ -47,9 +48,12 @@ class Step:
     def run(self, state: torch.Tensor, rows: slice | None = None) -> None:
         rows = rows or slice(0, self.q.shape[0])
         kernel = load(source("kda", self.spec, header="test"), "kda", self.device)
+        slot = self.slot[rows]
+        live = slot[slot >= 0]
+        seq_rows = int(live.unique(return_counts=True)[1].max()) if len(live) else 1
         launch(kernel, self.spec, q=self.q[rows], k=self.k[rows], v=self.v[rows],
-               g=self.g[rows], b=self.b[rows], slot=self.slot[rows], state=state,
-               out=self.out[rows], rows=rows.stop - rows.start)
+               g=self.g[rows], b=self.b[rows], slot=slot, state=state,
+               out=self.out[rows], rows=rows.stop - rows.start, seq_rows=seq_rows)
 
     def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(out of the live rows, the state after the step)."""
@@ -70,11 +74,13 @@ class Step:
 
 # runs: slot 2 x3 (verify rows), 0 x1, padding, 4 x5 (a prefill), 1 x1; slot 3 untouched
 SLOT_ROWS = [2, 2, 2, 0, 4, 4, 4, 4, 4, 1, -1]
+DECODE_ROWS = [2, 0, -1, 4, 1, -1]  # one row a sequence (the SINGLE form), padding between
 
 
 @pytest.mark.parametrize("heads,head_dim", [(2, 16), (3, 64)])  # one and two column blocks
-def test_kda_recurrence(heads: int, head_dim: int) -> None:
-    step = Step(KDASpec(heads, head_dim), SLOT_ROWS, "cpu", torch.float32, seed=heads)
+@pytest.mark.parametrize("slots", [SLOT_ROWS, DECODE_ROWS])
+def test_kda_recurrence(heads: int, head_dim: int, slots: list[int]) -> None:
+    step = Step(KDASpec(heads, head_dim), slots, "cpu", torch.float32, seed=heads + len(slots))
     state = step.state.clone()
     step.run(state)
     out, want = step.reference(torch.float64)

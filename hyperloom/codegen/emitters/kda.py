@@ -10,7 +10,9 @@ delta rule and the output are per column), so a program owns S[:, block] of one 
 first row of each sequence's run in the step loads it once, walks the run's tokens in order
 (l2norm q and k, q * d^-1/2, S = exp(g) S, delta = sigmoid(b) (v - S^T k), S += k delta^T,
 o = S^T q) and stores it once. Programs of a run's later rows and of padding rows (slot < 0)
-return at once. Rows of a sequence are contiguous in a step (`ir.state.segments`).
+return at once; when every run is one row (SINGLE: a decode step) no program looks for its
+run's end, so its state load waits on its slot load alone. Rows of a sequence are contiguous
+in a step (`ir.state.segments`).
 """
 
 from __future__ import annotations
@@ -71,16 +73,21 @@ import triton.language as tl
 def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
         sq, sk, sv, sg, sb, so, st_slot, st_head,
         H: tl.constexpr = {spec.heads}, D: tl.constexpr = {spec.head_dim},
-        BV: tl.constexpr = {min(BV, spec.head_dim)},
+        BV: tl.constexpr = {min(BV, spec.head_dim)}, SINGLE: tl.constexpr = False,
         Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}):
     r = tl.program_id(0)
     h = tl.program_id(1)
     c = tl.program_id(2) * BV + tl.arange(0, BV)  # this program's state columns (dv)
     kk = tl.arange(0, D)  # state rows (dk)
-    stop = _run_stop(slot_ptr, r, rows)
-    if stop == r:  # padding, or not the first row of its sequence's run
-        return
     s = tl.load(slot_ptr + r)
+    if SINGLE:  # every run is one row (a decode step): the state load waits on one slot load
+        if s < 0:  # padding
+            return
+        stop = r + 1
+    else:
+        stop = _run_stop(slot_ptr, r, rows)
+        if stop == r:  # padding, or not the first row of its sequence's run
+            return
     st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
     S = tl.load(st)  # [D, BV] fp32
 {head}        row = i.to(tl.int64)
@@ -102,8 +109,9 @@ def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
 
 def launch(kernel, spec: KDASpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
            g: torch.Tensor, b: torch.Tensor, slot: torch.Tensor, state: torch.Tensor,
-           out: torch.Tensor, rows: int) -> None:
-    """The first `rows` rows; each sequence's rows contiguous and in position order."""
+           out: torch.Tensor, rows: int, seq_rows: int | None = None) -> None:
+    """The first `rows` rows; each sequence's rows contiguous and in position order, at most
+    `seq_rows` of them (None: unknown; 1 lets a program skip finding its run's end)."""
     h, d = spec.heads, spec.head_dim
     kda_chunk.check_operands(h, d, q, k, v, g, b, state, out, rows)
     if rows == 0:
@@ -112,4 +120,5 @@ def launch(kernel, spec: KDASpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.
     bv = min(bv, d)
     kernel[(rows, h, d // bv)](q, k, v, g, b, slot, state, out, rows, q.stride(0), k.stride(0),
                                v.stride(0), g.stride(0), b.stride(0), out.stride(0),
-                               state.stride(0), state.stride(1), BV=bv, num_warps=warps)
+                               state.stride(0), state.stride(1), BV=bv, SINGLE=seq_rows == 1,
+                               num_warps=warps)
