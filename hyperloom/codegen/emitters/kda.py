@@ -26,10 +26,12 @@ from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import RUN_STOP, comment
 from hyperloom.passes.kernel_plan import KDA_CHUNKED_ROWS
 
-BV = 32  # state columns (dv) per program: a [d, BV] fp32 tile, 32 registers a thread at d = 128
-# steps of at most FEW_ROWS rows: more, smaller programs (16 columns, 1 warp). H200, one decode
-# step at 64 heads x 128 (state not in L2): batch 1 4.61 us against 5.59 at (32, 4 warps); at
-# batch 16 (32, 4 warps) stays best (48 us against 65 to 82 with 16 columns)
+BV = 64  # state columns (dv) per program: a [d, BV] fp32 tile, 64 registers a thread at d = 128
+# and 4 warps. H200, one decode step at 64 heads x 128 (state not in L2, SINGLE, the state's
+# load evict-first and store streaming): batch 16 38.5 us against 42.3 at 32 columns (43.6 and
+# 39.8 without the cache hints; 128 columns 46.4), batch 64 145 us against 168
+# steps of at most FEW_ROWS rows: more, smaller programs (16 columns, 1 warp): batch 1 4.4 us
+# against 5.2 to 5.9 with 8 or 32 columns or 2 warps
 FEW_ROWS, FEW_BV, FEW_WARPS = 2, 16, 1
 # a step whose longest run has CHUNKED_ROWS rows takes emitters.kda_chunk (the plan counts its
 # launches by the same rule)
@@ -89,7 +91,7 @@ def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
         if stop == r:  # padding, or not the first row of its sequence's run
             return
     st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
-    S = tl.load(st)  # [D, BV] fp32
+    S = tl.load(st, eviction_policy="evict_first")  # [D, BV] fp32, read once
 {head}        row = i.to(tl.int64)
         q = tl.load(q_ptr + row * sq + h * D + kk).to(tl.float32)
         k = tl.load(k_ptr + row * sk + h * D + kk).to(tl.float32)
@@ -103,7 +105,7 @@ def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
         S = S + k[:, None] * delta[None, :]
         o = tl.sum(S * q[:, None], axis=0)
         tl.store(o_ptr + row * so + h * D + c, o.to(o_ptr.dtype.element_ty))
-{tail}    tl.store(st, S)
+{tail}    tl.store(st, S, cache_modifier=".cs")  # not read again before other layers ran
 '''
 
 
