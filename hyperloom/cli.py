@@ -176,6 +176,8 @@ def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,
         runs += [partial(bench.site, n) for n in _sizes(args.site_rows, "1,4096", "1,16", gpu)]
     if "kda-decode" in wanted:
         runs += [partial(kda.step, b) for b in _sizes(args.kda_batch, "1,16", "1,3", gpu)]
+    if "kda-layer" in wanted:
+        runs += [partial(kda.layer, b) for b in _sizes(args.kda_batch, "1,16", "1,3", gpu)]
     if "kda-prefill" in wanted:
         runs += [partial(kda.prefill, n) for n in _sizes(args.kda_tokens, "8192", "20", gpu)]
     if "moe-decode" in wanted:
@@ -340,7 +342,8 @@ def parser() -> argparse.ArgumentParser:
                     f"(default {DECODE_GPU}; CPU: {DECODE_CPU})")
     bn.add_argument("--prefill-tokens", help="prefill lengths (default 2048; CPU: 24)")
     bn.add_argument("--site-rows", help="mHC site rows (default 1,4096; CPU: 1,16)")
-    bn.add_argument("--kda-batch", help="kda-decode: sequences per step (default 1,16; CPU: 1,3)")
+    bn.add_argument("--kda-batch", help="kda-decode, kda-layer: sequences per step (default 1,16; "
+                    "CPU: 1,3)")
     bn.add_argument("--kda-tokens", help="kda-prefill: tokens (default 8192; CPU: 20)")
     bn.add_argument("--moe-batch", help="moe-decode: rows per step (default 1,16,64; CPU: 1,3)")
     bn.add_argument("--moe-tokens", help="moe-prefill: tokens (default 4096; CPU: 20)")

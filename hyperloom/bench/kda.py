@@ -5,7 +5,13 @@ it exists, else the recurrent kernel over the run), each against flash-linear-at
 dependency, imported only when a scenario runs: without it our kernel runs alone and the row
 says so. Before anything is timed, our output and final state and each baseline's are checked
 against the reference recurrence (`ir.semantics.kda`, fp32) sequence by sequence. Work is bytes:
-the fp32 state read and written once, plus every row's q, k, v, g, out, b and slot once."""
+the fp32 state read and written once, plus every row's q, k, v, g, out, b and slot once.
+
+kda-layer: one decode step of a whole KDA site through the engine (hc_pre, the norm, the
+projections, conv, gate, recurrence, gated norm and o_proj, hc_post), compiled from the model's
+own block at its width, checked against the reference interpreter; work is the site's weights
+once plus each sequence's states read and written and its streams in and out. There is no
+baseline: issue 6 asks this step for a fraction of HBM."""
 
 from __future__ import annotations
 
@@ -19,21 +25,29 @@ import torch
 from hyperloom.bench.measure import median_seconds, profile_top
 from hyperloom.bench.scenarios import AgreementError, Result, rel_err
 from hyperloom.codegen.cache import load
+from hyperloom.codegen.compilation import compile_graph
 from hyperloom.codegen.emitters import kda as recurrent
 from hyperloom.codegen.emitters.kda import KDASpec
+from hyperloom.errors import InputError
 from hyperloom.ir import ops
+from hyperloom.ir.builder import GraphBuilder, Residual
+from hyperloom.ir.graph import Graph
+from hyperloom.ir.interpreter import run_graph
 from hyperloom.ir.ops import Op
 from hyperloom.ir.semantics import Ctx
 from hyperloom.ir.semantics import kda as semantics
 from hyperloom.ir.state import StateStore, segments
-from hyperloom.ir.types import StateDecl, StateKind, TensorType
-from hyperloom.models import Model
+from hyperloom.ir.types import DType, StateDecl, StateKind, T, TensorType
+from hyperloom.models import Model, blocks
+from hyperloom.models.random_weights import random_weights
+from hyperloom.runtime.program import Program
 
-SCENARIOS = ("kda-decode", "kda-prefill")
+SCENARIOS = ("kda-decode", "kda-prefill", "kda-layer")
 GLM_WIDTH = (64, 128)  # GLM-5.3's KDA layer (heads, head_dim): a model without KDA on a GPU
 CPU_WIDTH = (2, 16)  # a model without KDA on the interpreter
 LOWER_BOUND = -5.0  # GLM's bounded gate: g = -5 sigmoid(.) in [-5, 0)
 STATE = "bench"  # the reference's state name
+LAYER_POS = 100  # kda-layer: the position of the step's row (its conv window is full)
 
 # (outputs [rows, H*d], final state [B, H, d, d]) of one run, from a step's static buffers
 Run = Callable[[], tuple[torch.Tensor, torch.Tensor]]
@@ -298,6 +312,36 @@ def fla_paths(fla: ModuleType, spec: KDASpec, x: Inputs, prefill: bool,
                                             lower_bound=LOWER_BOUND)}
 
 
+# -- a whole KDA site ----------------------------------------------------------------------
+
+
+def layer_graph(model: Model, dtype: DType) -> Graph:
+    """One KDA site alone with the model's widths: its fp32 streams [T, n, D] in, hc_pre, the
+    input norm, blocks.kda_block, hc_post, the streams out (GLM-5.3's layer 0 mixer)."""
+    c = model.config
+    if not hasattr(c, "linear_num_heads") or c.hc_mult < 2:
+        raise InputError(f"kda-layer: {model.family} has no mHC KDA layer (glm5next has)")
+    b = GraphBuilder(f"kda_site_{c.linear_num_heads}x{c.linear_head_dim}", dtype)
+    rows = b.rows()
+    res = Residual(b, c.hc_mult, c.rms_norm_eps, c.hc_eps, c.hc_sinkhorn_iters)
+    res.stream = b.input("x", TensorType.make("f32", T, c.hc_mult, c.hidden_size))
+    res.site("layer.hc_attn", "layer.input_layernorm.weight",
+             lambda x: blocks.kda_block(b, "layer.self_attn.", x, rows, c.linear_num_heads,
+                                        c.linear_head_dim, c.linear_conv_kernel_dim,
+                                        c.linear_lower_bound, c.rms_norm_eps))
+    return b.finish(streams=res.stream)
+
+
+def layer_bytes(graph: Graph, batch: int) -> float:
+    """The site's weights once, each sequence's states read and written once, its streams read
+    and written once (the row inputs are a few bytes)."""
+    weights = sum(p.type.nbytes() for p in graph.params)
+    states = sum(d.type.nbytes() for d in graph.states())
+    x = graph.inputs[-1][1]
+    streams = int(x.shape[1]) * int(x.shape[2]) * x.dtype.torch.itemsize
+    return float(weights + batch * (2 * states + 2 * streams))
+
+
 # -- the scenarios -------------------------------------------------------------------------
 
 
@@ -306,7 +350,7 @@ class KDABench:
 
     def __init__(self, model: Model, device: torch.device, dtype: torch.dtype, tol: float,
                  seed: int = 0, profile_steps: int = 0) -> None:
-        self.spec = kda_spec(model, device.type == "cuda")
+        self.spec, self.model = kda_spec(model, device.type == "cuda"), model
         self.device, self.dtype, self.tol = device, dtype, tol
         self.profile_steps = profile_steps  # 0: no profile
         self.gen = torch.Generator().manual_seed(seed)
@@ -331,6 +375,63 @@ class KDABench:
         fla = fla_paths(self.fla, self.spec, x, True) if self.fla else {}
         return self._run(f"kda prefill {n}", x, prefill_path(self.spec, x, self.device), fla,
                          graph=False, reps=10)
+
+    def layer(self, batch: int) -> KDAResult:
+        """One decode step (a row a sequence) of a whole KDA site from random states, timed
+        under CUDA-graph replay (its weights, read once a step, push each step's states out of
+        L2), after its output and states are checked against the reference interpreter."""
+        graph = layer_graph(self.model, DType.of(self.dtype))
+        weights = random_weights(Model("kda-layer", None, graph, None, 0), seed=1)
+        prog = Program(compile_graph(graph, batch), weights,
+                       StateStore(graph.states(), batch, 1, self.device), self.device)
+        for t in prog.operands.state.tensors.values():
+            t.copy_(torch.randn(t.shape, generator=self.gen) * 0.1)
+        start = {k: t.clone() for k, t in prog.operands.state.tensors.items()}
+        x = torch.randn((batch, *prog.inputs["%x"].shape[1:]), generator=self.gen)
+        inputs = {"x": x, "ids": torch.zeros(batch, dtype=torch.int64),
+                  "pos": torch.full((batch,), LAYER_POS), "slot": torch.arange(batch)}
+        for k, v in inputs.items():
+            prog.inputs["%" + k][:batch].copy_(v)
+        launches = prog.record(batch, 1)
+
+        def step() -> None:
+            for f in launches:
+                f()
+
+        name = f"kda layer b{batch}"
+        with torch.no_grad():
+            step()
+            err = self._check_layer(name, graph, weights, inputs, start, prog, batch)
+            t = median_seconds(graphed(step, self.device), self.device, reps=20)
+        r = KDAResult(name, layer_bytes(graph, batch), "bytes", t,
+                      kernels=prog.plan.launches(batch, decode=True), rel_err=err)
+        r.batch = batch
+        r.extra = {"heads": self.model.config.linear_num_heads,
+                   "head_dim": self.model.config.linear_head_dim, "rows": batch,
+                   "ours_kernel": "the engine's kernels for one KDA site",
+                   "timing": "cuda graph of one step" if self.device.type == "cuda"
+                   else "eager launches",
+                   "checked_against": "the reference interpreter (fp32)", "baseline": None,
+                   "notes": [], "vs_fla": None}
+        if self.profile_steps:
+            r.profile = profile_top(step, self.device, self.profile_steps)
+        return r
+
+    def _check_layer(self, name: str, graph: Graph, weights: dict, inputs: dict, start: dict,
+                     prog: Program, batch: int) -> float:
+        """The step's streams and every state against run_graph's in fp32, sequence by
+        sequence."""
+        store = StateStore(graph.states(), batch, 1, self.device, torch.float32)
+        for k, t in start.items():
+            store[k].copy_(t)
+        dev = {k: v.to(self.device) for k, v in inputs.items()}
+        want = run_graph(graph, {k: v.to(self.device) for k, v in weights.items()}, dev, store,
+                         torch.float32)["streams"]
+        got = prog.outputs(batch)["streams"]
+        err = agree(got.float(), want, self.tol, f"{name}: streams")
+        for k, t in prog.operands.state.tensors.items():
+            err = max(err, agree(t[:batch].float(), store[k], self.tol, f"{name}: state {k}"))
+        return err
 
     def _run(self, name: str, x: Inputs, ours: Path, fla: dict[str, Path], graph: bool,
              reps: int) -> KDAResult:

@@ -81,6 +81,8 @@ TARGETS = (("decode b16 ctx1024", "vs_b1", 1.5, False),
            ("kda step b1", "vs_fla", 2.0, True),
            ("kda step b16", "fraction_of_limit", 0.80, True),
            ("kda prefill 8192", "vs_fla", 1.0, True),
+           ("kda layer b1", "fraction_of_limit", 0.70, True),
+           ("kda layer b16", "fraction_of_limit", 0.70, True),
            *((f"dsa step b{b} ctx131072", key, bound, least) for b in (1, 16)
              for key, bound, least in (("attend_growth", 1.5, False),
                                        ("indexer_hbm_fraction", 0.60, True))))

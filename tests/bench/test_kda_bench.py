@@ -2,7 +2,9 @@
 JSON record and the table without flash-linear-attention, the check that refuses a wrong output
 or state of ours, fla's baseline plumbing through a stand-in with fla's signature (a right one is
 timed, a wrong one is reported and skipped), the width taken from the model, and fla never
-imported unless a scenario runs. GPU (`gpu` mark): real width, bf16, against the real fla."""
+imported unless a scenario runs; the whole-site scenario (kda-layer): its bytes, its check
+against the reference interpreter refusing a wrong state, and a model without KDA refused. GPU
+(`gpu` mark): real width, bf16, against the real fla."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from hyperloom.bench.scenarios import AgreementError, Bench
 from hyperloom.cli import main
 from hyperloom.codegen.emitters import kda as recurrent
 from hyperloom.codegen.emitters.kda import KDASpec
+from hyperloom.errors import InputError
+from hyperloom.ir.types import DType
 
 CPU = torch.device("cpu")
 
@@ -234,3 +238,39 @@ def test_kda_scenarios_against_fla_gpu():
     for r in (bench.step(1), bench.step(16), bench.prefill(1024)):
         assert r.extra["notes"] == [], r.extra["notes"]
         assert r.extra["vs_fla"] is not None and r.rel_err <= 2e-2
+
+
+def test_kda_layer_rows(no_fla, tmp_path):
+    out = tmp_path / "layer.json"
+    rc, text = _main("bench", "glm5next", "--scenarios", "kda-layer", "--kda-batch", "1,2",
+                     "--json", str(out))
+    assert rc == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [r["scenario"] for r in rows] == ["kda layer b1", "kda layer b2"]
+    graph = kda_bench.layer_graph(hyperloom.build("glm5next", "tiny", dtype=torch.float32),
+                                  DType.F32)
+    state = 4 * 16 * 16 * 4 + 3 * 64 * 3 * 4  # recurrent [4, 16, 16] + conv windows [3 x 64, 3]
+    assert sum(d.type.nbytes() for d in graph.states()) == state
+    for r, batch in zip(rows, (1, 2)):
+        assert r["work"] == kda_bench.layer_bytes(graph, batch)
+        assert r["work"] == sum(p.type.nbytes() for p in graph.params) \
+            + batch * (2 * state + 2 * 4 * 64 * 4)  # GLM tiny: 4 fp32 streams of 64
+        assert 0 < r["rel_err_vs_eager"] <= 1e-4 and r["kernels_per_step"] > 5
+        assert r["batch"] == batch and r["baselines_s"] == {}
+
+
+def test_kda_layer_refuses_a_wrong_state(monkeypatch):
+    real = recurrent.launch
+
+    def off(kernel, spec, **kw):
+        real(kernel, spec, **kw)
+        kw["state"][1] *= 1.01
+
+    monkeypatch.setattr(recurrent, "launch", off)
+    with pytest.raises(AgreementError, match="kda layer b2: state .*recurrent, sequence 1"):
+        _bench().layer(2)
+
+
+def test_kda_layer_needs_an_mhc_kda_model():
+    with pytest.raises(InputError, match="kda-layer: llama has no mHC KDA layer"):
+        _bench("llama").layer(1)
