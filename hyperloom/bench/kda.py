@@ -425,8 +425,9 @@ class KDABench:
         for k, t in start.items():
             store[k].copy_(t)
         dev = {k: v.to(self.device) for k, v in inputs.items()}
-        want = run_graph(graph, {k: v.to(self.device) for k, v in weights.items()}, dev, store,
-                         torch.float32)["streams"]
+        ref_w = {k: v.to(self.device, torch.float32 if v.is_floating_point() else v.dtype)
+                 for k, v in weights.items()}
+        want = run_graph(graph, ref_w, dev, store, torch.float32)["streams"]
         got = prog.outputs(batch)["streams"]
         err = agree(got.float(), want, self.tol, f"{name}: streams")
         for k, t in prog.operands.state.tensors.items():
