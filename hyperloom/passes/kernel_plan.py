@@ -29,7 +29,7 @@ EMITTER_OF: dict[Op, str] = {
 INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
 APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of its own
-GEMV_ROWS = 16  # the most rows a GEMM takes its GEMV tiling for (and a gated norm prologue)
+GEMV_ROWS = 16  # the most rows a GEMM takes its GEMV tiling for
 HC_WIDE_ROWS = 512  # above this many rows hc_pre's finish is gates + apply (emitters.hc_pre)
 KDA_CHUNKED_ROWS = 32  # a step whose longest run has this many rows takes the chunked KDA form
 KDA_CHUNK_LAUNCHES = 5  # its kernels (emitters.kda_chunk.kernel_names)
@@ -136,8 +136,8 @@ def _where(value: str, arena: ArenaPlan) -> str:
 def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, int], ...]:
     """KernelEntry.counts. A normed projection of the [T, n, K] streams (the LM head after
     hc_head_mean) runs a stream-mean norm kernel before its GEMM; a GEMM with the hc_post
-    epilogue runs hc_post apart above APART_ROWS rows, and its gated norm prologue apart above
-    GEMV_ROWS; attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write,
+    epilogue runs hc_post apart above APART_ROWS rows, and its gated norm prologue as a kernel of
+    its own; attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write,
     then attend; hc_pre finishes 2 to HC_WIDE_ROWS rows in a second kernel, more in two (gates,
     apply); KDA takes its chunked kernels for a run of KDA_CHUNKED_ROWS rows (counted here by
     the step's rows)."""
@@ -145,8 +145,8 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
             and types[node.args[0]].rank == 3:
         return ((None, 2),)
     if node.op is Op.LINEAR_HC_POST:
-        if node.attrs.group:
-            return (GEMV_ROWS, 1), (APART_ROWS, 2), (None, 3)
+        if node.attrs.group:  # the gated norm's kernel first
+            return (APART_ROWS, 2), (None, 3)
         return (APART_ROWS, 1), (None, 2)
     if emitter == "kda":
         return (KDA_CHUNKED_ROWS - 1, 1), (None, KDA_CHUNK_LAUNCHES)

@@ -13,7 +13,6 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.matmul import (
-    GEMV_MAX_ROWS,
     SPLIT_ROWS,
     MatmulSpec,
     gemm_spec,
@@ -152,11 +151,8 @@ def check_cpu(spec: MatmulSpec, rows: int, view: bool, seed: int) -> None:
 
 def check_h(c: Case, what: str) -> None:
     """mean_rmsnorm: h[:rows] holds the normed stream means, the rows past `rows` stay poisoned;
-    gated_rmsnorm: the same with its normed rows past the GEMV path, none written within it."""
+    gated_rmsnorm: the same with its gated normed rows."""
     if c.h is None:
-        return
-    if c.spec.prologue == "gated_rmsnorm" and c.rows <= GEMV_MAX_ROWS:
-        assert torch.isnan(c.h).all(), f"{what}: a GEMV step wrote the scratch rows"
         return
     if c.spec.prologue == "gated_rmsnorm":
         want = gated_rows(c)
@@ -241,7 +237,7 @@ def test_hc_post_adds_the_wide_step_pair():
     assert scratch_y(spec_for(40, 72, "none", "residual"), 500, torch.float32, "cpu") is None
 
 
-@pytest.mark.parametrize("rows", [1, 3, 16, 17, 50, 70])  # GEMV; norm kernel + TC; + hc_post apart
+@pytest.mark.parametrize("rows", [1, 3, 16, 17, 50, 70])  # GEMV; tensor cores; hc_post apart
 @pytest.mark.parametrize("epilogue", ["store", "hc_post"])
 @pytest.mark.parametrize("group", [16, 32])
 def test_gated_rmsnorm_prologue(group, epilogue, rows):

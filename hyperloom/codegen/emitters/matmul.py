@@ -13,9 +13,11 @@ spec, ...)` runs them in that order. out = epilogue(prologue(x) @ w.T), accumula
   reading h: loading `streams` fp32 tiles per K step inside the GEMM starved its pipeline.
   The norm weight is folded into w.
   "gated_rmsnorm" (spec.group > 0: KDA's o_norm): the row is x[t] normed over each group of
-  `group` columns, times the norm weight and sigmoid(gate[t]) (`gate=`, `nw=`). The GEMV path
-  applies it to each x tile (K steps hold whole groups); wider steps run `emitters.norm`'s
-  gated kernel `{name}_norm` into a scratch h [>= rows, K] first and the GEMM reads h.
+  `group` columns, times the norm weight and sigmoid(gate[t]) (`gate=`, `nw=`): `emitters.norm`'s
+  gated kernel `{name}_norm` writes it to a scratch h [>= rows, K], then the plain GEMM reads h.
+  Applying it to each x tile inside the GEMV (K steps of whole groups) took 56 us on the H200
+  for GLM-5.3's o_proj at one row, against 21.7 for norm kernel + GEMV: the register work on
+  the x tile stalls the GEMV's async-copy pipeline.
 - epilogue "store": out [rows, N] = result, cast to out's dtype;
   "swiglu": w is [2I, K] (gate rows, then up rows), out [rows, I] = silu(min(g, L)) * clamp(u, L);
   "residual": out [rows, N] fp32 = stream + result (out may be stream);
@@ -95,8 +97,11 @@ class MatmulSpec:
 
 
 def gemm_spec(spec: MatmulSpec) -> MatmulSpec:
-    """The spec of the GEMM kernel: mean_rmsnorm's runs on rows its norm kernel already normed."""
-    return dataclasses.replace(spec, prologue="none") if spec.prologue == "mean_rmsnorm" else spec
+    """The spec of the GEMM kernel: mean_rmsnorm's and gated_rmsnorm's run on rows their norm
+    kernel already normed."""
+    if spec.prologue in ("mean_rmsnorm", "gated_rmsnorm"):
+        return dataclasses.replace(spec, prologue="none", group=0)
+    return spec
 
 
 def kernel_names(name: str, spec: MatmulSpec) -> tuple[str, ...]:
@@ -108,14 +113,12 @@ def kernel_names(name: str, spec: MatmulSpec) -> tuple[str, ...]:
 
 
 def split_spec(spec: MatmulSpec) -> MatmulSpec:
-    """The GEMM of a wide hc_post step: the same product, stored as is (gated_rmsnorm's reads
-    the normed rows h)."""
-    plain = dict(prologue="none", group=0) if spec.prologue == "gated_rmsnorm" else {}
-    return dataclasses.replace(gemm_spec(spec), epilogue="store", hc=1, site=None, **plain)
+    """The GEMM of a wide hc_post step: the same product, stored as is."""
+    return dataclasses.replace(gemm_spec(spec), epilogue="store", hc=1, site=None)
 
 
 def norm_spec(spec: MatmulSpec) -> norm.NormSpec:
-    """gated_rmsnorm's row kernel for steps wider than the GEMV path."""
+    """gated_rmsnorm's row kernel."""
     return norm.NormSpec("gated_rmsnorm", spec.k, spec.group, spec.eps)
 
 
@@ -140,8 +143,6 @@ def _params(spec: MatmulSpec) -> list[str]:
         names.append("sst_t")
     if spec.epilogue == "hc_post":
         names += ["sst_h", "sp_t", "sc_t", "sc_i"]
-    if spec.prologue == "gated_rmsnorm":
-        names += ["g_ptr", "nw_ptr", "sg_t"]
     return names + (list(SITE_PARAMS) if spec.site else [])
 
 
@@ -177,7 +178,7 @@ def _setup(spec: MatmulSpec) -> list[str]:
         "rm64 = rm.to(tl.int64)  # row offsets of big activations overflow int32",
         "x_rows = x_ptr + rm64[:, None] * sx_t",
         f"w_cols = w_ptr + rn.to(tl.int64)[None, :] * {spec.k}",
-    ] + (["g_rows = g_ptr + rm64[:, None] * sg_t"] if spec.prologue == "gated_rmsnorm" else [])
+    ]
 
 
 def _weights(spec: MatmulSpec) -> list[tuple[str, str]]:
@@ -208,24 +209,7 @@ def _loop(spec: MatmulSpec) -> list[str]:
         gemv = ["a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)",
                 f"sqm = {_dot('a', 'tl.trans(a)', 'sqm', cast=False)}"] + _dots_of("a", spec)
         body = ["if GEMV:"] + _indent(gemv) + ["else:"] + _indent(body)
-    if spec.prologue == "gated_rmsnorm":  # the TC path reads rows the norm kernel wrote
-        body = ["if GEMV:"] + _indent(_gated_tile(spec) + _dots_of("a", spec)) + ["else:"] \
-            + _indent(body)
     return lines + _indent(body) + _normalize(spec)
-
-
-def _gated_tile(spec: MatmulSpec) -> list[str]:
-    """x tile [BLOCK_M, BLOCK_K] -> its rows normed over each group of G columns (the K step
-    holds whole groups), times the norm weight and sigmoid(gate)."""
-    g, per = spec.group, f"BLOCK_K // {spec.group}"
-    return [f"tl.static_assert(BLOCK_K % {g} == 0, 'a K step of whole groups')",
-            "a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0).to(tl.float32)",
-            f"ss = tl.sum(tl.reshape(a * a, [BLOCK_M, {per}, {g}]), axis=2)",
-            f"r = tl.rsqrt(ss / {g} + {float(spec.eps)!r})[:, :, None]",
-            f"r = tl.reshape(tl.broadcast_to(r, [BLOCK_M, {per}, {g}]), [BLOCK_M, BLOCK_K])",
-            "gt = tl.load(g_rows + kk[None, :], mask=x_ok, other=0.0).to(tl.float32)",
-            f"nw = tl.load(nw_ptr + kk % {g}).to(tl.float32)",
-            "a = a * r * nw[None, :] * tl.sigmoid(gt)"]
 
 
 def _indent(lines: list[str]) -> list[str]:
@@ -251,7 +235,7 @@ def _register_body(spec: MatmulSpec) -> list[str]:
 
 
 def _normalize(spec: MatmulSpec) -> list[str]:
-    if spec.prologue in ("none", "gated_rmsnorm"):
+    if spec.prologue == "none":
         return []
     assert spec.prologue == "rmsnorm", "mean_rmsnorm's GEMM is gemm_spec(spec)'s"
     lines = ["if GEMV:", "    i = tl.arange(0, BLOCK_M)",
@@ -434,9 +418,8 @@ def _check_gated(spec: MatmulSpec, x, gate, nw, h, rows: int) -> None:
         f"gate {None if gate is None else tuple(gate.shape)} for x {tuple(x.shape)}"
     assert nw is not None and tuple(nw.shape) == (spec.group,) and nw.is_contiguous(), \
         f"norm weight: contiguous [{spec.group}]"
-    if rows > GEMV_MAX_ROWS:
-        assert h is not None and h.shape[0] >= rows and h.shape[1] == spec.k, \
-            f"a {rows}-row gated norm step needs h [>= {rows}, {spec.k}] (scratch)"
+    assert h is not None and h.shape[0] >= rows and h.shape[1] == spec.k, \
+        f"a {rows}-row gated norm step needs h [>= {rows}, {spec.k}] (scratch)"
 
 
 def _check(spec: MatmulSpec, x, w, out, stream, post, comb, h) -> None:
@@ -467,10 +450,9 @@ def scratch_y(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.
 
 
 def needs_h(spec: MatmulSpec, rows: int) -> bool:
-    """Whether steps of up to `rows` rows need the normed-row scratch h: mean_rmsnorm always,
-    gated_rmsnorm past the GEMV path."""
-    return spec.prologue == "mean_rmsnorm" or (spec.prologue == "gated_rmsnorm"
-                                               and rows > GEMV_MAX_ROWS)
+    """Whether steps of up to `rows` rows need the normed-row scratch h (the norm prologues run
+    as kernels of their own)."""
+    return spec.prologue in ("mean_rmsnorm", "gated_rmsnorm")
 
 
 def scratch(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.Tensor | None:
@@ -525,16 +507,12 @@ def finishes_site(spec: MatmulSpec, rows: int) -> bool:
 
 def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
                 rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
-                comb: torch.Tensor | None = None, site: Site | None = None,
-                gate: torch.Tensor | None = None, nw: torch.Tensor | None = None) -> None:
-    """The GEMM kernel of a spec without mean_rmsnorm (see gemm_spec) on the first `rows` rows;
-    site: spec.site's operands (needed with spec.site); gate, nw: gated_rmsnorm's (its GEMV
-    path applies the norm; wider steps pass the normed rows as x)."""
+                comb: torch.Tensor | None = None, site: Site | None = None) -> None:
+    """The GEMM kernel of a spec whose prologue is none or rmsnorm (see gemm_spec) on the first
+    `rows` rows; site: spec.site's operands (needed with spec.site)."""
     t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
              "comb_ptr": comb, "rows": rows, **_strides(spec, x, out, stream, post, comb)}
-    if spec.prologue == "gated_rmsnorm":
-        bound |= {"g_ptr": gate, "nw_ptr": nw, "sg_t": gate.stride(0)}
     grid = (triton.cdiv(rows, t.block_m) * triton.cdiv(spec.n_out, t.block_n),)
     extra = {}
     if spec.site:
@@ -558,7 +536,7 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
     `rows` rows); the norm kernel fills h[:rows], then the GEMM reads it as its x. hc_post: y
     is `scratch_y(...)`'s, needed when rows > SPLIT_ROWS. spec.site: `site` holds the site's
     operands, and a one-row step finishes it (finishes_site). gated_rmsnorm: gate and nw (the
-    norm weight), and h (`scratch`) for steps past the GEMV path."""
+    norm weight), and h (`scratch`) as for mean_rmsnorm."""
     _check(spec, x, w, out, stream, post, comb, None if spec.prologue == "gated_rmsnorm" else h)
     _check_gated(spec, x, gate, nw, h, rows)
     assert len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names"
@@ -568,7 +546,7 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
         assert h.shape[0] >= rows, f"h has {h.shape[0]} rows, {rows} launched"
         launch_norm(kernels[0], spec, x=x, h=h, rows=rows)
         x = h
-    if spec.prologue == "gated_rmsnorm" and rows > GEMV_MAX_ROWS:
+    if spec.prologue == "gated_rmsnorm":
         norm.launch(kernels[0], norm_spec(spec), x=x, w=nw, out=h, rows=rows, gate=gate)
         x = h
     gemm = kernels[1 if spec.prologue in ("mean_rmsnorm", "gated_rmsnorm") else 0]
@@ -580,4 +558,4 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
                        post=post, comb=comb, out=out, rows=rows)
         return
     launch_gemm(gemm, gemm_spec(spec), x=x, w=w, out=out, rows=rows, stream=stream,
-                post=post, comb=comb, site=site, gate=gate, nw=nw)
+                post=post, comb=comb, site=site)

@@ -56,21 +56,17 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
         t = Tiles(128, 256, min(64, k_max), 16, 8, 3)
         if spec.epilogue in ("swiglu", "hc_post"):
             t = Tiles(128, 128, min(64, k_max), 16, 8, 3)
-    if spec.prologue == "gated_rmsnorm" and t.gemv:  # K steps of whole groups
-        t = dataclasses.replace(t, block_k=max(t.block_k, spec.group))
     return _fit_smem(spec, t, x_bytes, w_bytes)
 
 
 def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
-    """Fewer stages, then shallower K steps, until the pipelined tiles fit in shared memory
-    (a gated norm prologue's GEMV steps keep whole groups)."""
+    """Fewer stages, then shallower K steps, until the pipelined tiles fit in shared memory."""
     w_tiles = 2 if spec.epilogue == "swiglu" else 1
-    least = spec.group if spec.prologue == "gated_rmsnorm" and t.gemv else 16
     stages, bk = t.num_stages, t.block_k
     while stages * bk * (t.block_m * x_bytes + t.block_n * w_tiles * w_bytes) > SMEM_BYTES:
         if stages > 2:
             stages -= 1
-        elif bk > least:
+        elif bk > 16:
             bk //= 2
         else:
             break
