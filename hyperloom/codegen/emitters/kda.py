@@ -23,7 +23,7 @@ import torch
 
 from hyperloom.codegen.emitters import kda_chunk
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import RUN_STOP, comment
+from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl
 from hyperloom.passes.kernel_plan import KDA_CHUNKED_ROWS
 
 BV = 64  # state columns (dv) per program: a [d, BV] fp32 tile, 64 registers a thread at d = 128
@@ -77,7 +77,7 @@ def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
         H: tl.constexpr = {spec.heads}, D: tl.constexpr = {spec.head_dim},
         BV: tl.constexpr = {min(BV, spec.head_dim)}, SINGLE: tl.constexpr = False,
         Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}):
-    r = tl.program_id(0)
+{pdl("    ")}    r = tl.program_id(0)
     h = tl.program_id(1)
     c = tl.program_id(2) * BV + tl.arange(0, BV)  # this program's state columns (dv)
     kk = tl.arange(0, D)  # state rows (dk)

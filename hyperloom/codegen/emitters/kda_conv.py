@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import RUN_STOP, comment
+from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl
 
 
 CONV_BC = 128  # channels per conv program
@@ -53,7 +53,7 @@ import triton.language as tl
 def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_ptr, ok_ptr, ov_ptr,
         rows, sq, sk, sv, soq, sok, sov, sw_slot, C: tl.constexpr = {spec.channels},
         K: tl.constexpr = {spec.kernel}, BC: tl.constexpr = {_conv_block(spec.channels)}):
-    r = tl.program_id(0)
+{pdl("    ")}    r = tl.program_id(0)
     blocks = tl.cdiv(C, BC)
     part = tl.program_id(1) // blocks  # 0: q, 1: k, 2: v
     c = (tl.program_id(1) % blocks) * BC + tl.arange(0, BC)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from hyperloom.codegen.emitters.text import comment
+from hyperloom.codegen.emitters.text import comment, pdl
 
 BLOCK = 1024  # columns per program: 8 fp32 registers a thread at 4 warps
 WARPS = 4
@@ -59,7 +59,7 @@ import triton.language as tl
 @triton.jit
 def {name}(f_ptr, bias_ptr, alog_ptr, g_ptr, sf, sg, W: tl.constexpr = {spec.width},
         D: tl.constexpr = {spec.head_dim}, BLOCK: tl.constexpr = {_block(spec)}):
-    r = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     cm = c < W
     f = tl.load(f_ptr + r * sf + c, mask=cm, other=0.0).to(tl.float32)
