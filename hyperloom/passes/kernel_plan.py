@@ -40,8 +40,8 @@ def folds(rows: int) -> bool:
     (CONFIG.fold_sites), so that the site's own hc_pre launches nothing."""
     return rows <= NARROW_ROWS
 LAUNCHES = {"attention": (1, 2),  # (narrow step, wide step)
-            "moe_router": (2, 2), "moe_experts": (4, 5),  # 5: over 1024 (row, expert) pairs
-            "dsa": (3, 3), "mla": (3, 3)}
+            "moe_router": (2, 2), "dsa": (3, 3), "mla": (3, 3)}
+MOE_ROUTE_PAIRS = 1024  # (row, expert) pairs one route program sorts: more add a count kernel
 GRIDS = {
     "embedding": "(R,)",
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
@@ -139,8 +139,9 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
     epilogue runs hc_post apart above APART_ROWS rows, and its gated norm prologue as a kernel of
     its own; attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write,
     then attend; hc_pre finishes 2 to HC_WIDE_ROWS rows in a second kernel, more in two (gates,
-    apply); KDA takes its chunked kernels for a run of KDA_CHUNKED_ROWS rows (counted here by
-    the step's rows)."""
+    apply); routed experts count their pairs in a kernel of its own past MOE_ROUTE_PAIRS; KDA
+    takes its chunked kernels for a run of KDA_CHUNKED_ROWS rows (counted here by the step's
+    rows)."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
         return ((None, 2),)
@@ -152,6 +153,8 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
         return (KDA_CHUNKED_ROWS - 1, 1), (None, KDA_CHUNK_LAUNCHES)
     if emitter == "hc_pre":
         return (NARROW_ROWS, 1), (HC_WIDE_ROWS, 2), (None, 3)
+    if emitter == "moe_experts":  # ids [T, top_k]
+        return (MOE_ROUTE_PAIRS // int(types[node.args[2]].shape[1]), 4), (None, 5)
     narrow, wide = LAUNCHES.get(emitter, (1, 1))
     return (NARROW_ROWS, narrow), (None, wide)
 

@@ -13,7 +13,9 @@ import torch
 import hyperloom
 from hyperloom.config import overrides
 from hyperloom.ir.ops import Op
+from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
 from hyperloom.passes import kernel_plan
+from hyperloom.runtime import launchers
 from hyperloom.models.random_weights import random_weights
 from tests.tolerances import assert_close
 
@@ -311,3 +313,36 @@ def test_padding_row_leaves_the_last_slot_alone_in_glm_kernels():
                  "3 rows in bucket 4")
     assert comp.runners["main"].bucket(3) == 4
     assert_close(comp.decode(ours[3:], [4]), ref.decode(theirs[3:], [4]), F32, "the last slot")
+
+
+class _Counting:
+    """A loaded kernel that logs each launch (`kernel[grid](...)`) before running it."""
+
+    def __init__(self, kernel, log: list) -> None:
+        self.kernel, self.log = kernel, log
+
+    def __getitem__(self, grid):
+        run = self.kernel[grid]
+
+        def launch(*args, **kw):
+            self.log.append(grid)
+            return run(*args, **kw)
+        return launch
+
+
+@pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])
+@pytest.mark.parametrize("rows, seqs", [(1, 1), (3, 3), (40, 1), (70, 1)])
+def test_a_step_launches_what_the_plan_counts(model, config, rows, seqs, monkeypatch):
+    # the plan's launch counts (the bench's kernels per step) against the kernels one step of
+    # the engine actually launches: decode of one and of three sequences, chunked KDA (40
+    # rows), hc_post apart (70); hc_pre's wide form lowered to 32 rows so both wide steps take it
+    log: list = []
+    real = launchers.load
+    monkeypatch.setattr(launchers, "load", lambda *a, **kw: _Counting(real(*a, **kw), log))
+    monkeypatch.setattr(kernel_plan, "HC_WIDE_ROWS", 32)
+    monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", 32)
+    _, comp = engines(model, config, prefill_chunk=72)
+    n = rows // seqs
+    comp._run("main", {"ids": prompt(rows, seed=rows), "pos": torch.arange(n).repeat(seqs),
+                       "slot": torch.arange(seqs).repeat_interleave(n)})
+    assert len(log) == comp.programs["main"].plan.launches(rows, decode=n == 1)

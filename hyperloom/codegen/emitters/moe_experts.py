@@ -27,6 +27,7 @@ import triton
 
 from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
+from hyperloom.passes.kernel_plan import MOE_ROUTE_PAIRS
 
 GEMV_ROWS = 16  # at most this many rows per expert on average: GEMV tiling
 # steps of at most FEW_ROWS rows read 256-deep K chunks: on the H200 at GLM-5.3-Flash's size,
@@ -35,7 +36,7 @@ GEMV_ROWS = 16  # at most this many rows per expert on average: GEMV tiling
 FEW_ROWS = 4
 SMEM_BYTES = 160 * 1024  # pipelined operand tiles (as emitters.matmul)
 COMBINE_BLOCK = 1024
-ROUTE_BLOCKS = (128, 1024)  # pairs the route kernel sorts at a time: the fewest and most
+ROUTE_BLOCKS = (128, MOE_ROUTE_PAIRS)  # pairs the route kernel sorts at a time: fewest, most
 
 
 @dataclass(frozen=True)
