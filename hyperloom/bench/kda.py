@@ -7,11 +7,8 @@ says so. Before anything is timed, our output and final state and each baseline'
 against the reference recurrence (`ir.semantics.kda`, fp32) sequence by sequence. Work is bytes:
 the fp32 state read and written once, plus every row's q, k, v, g, out, b and slot once.
 
-kda-layer: one decode step of a whole KDA site through the engine (hc_pre, the norm, the
-projections, conv, gate, recurrence, gated norm and o_proj, hc_post), compiled from the model's
-own block at its width, checked against the reference interpreter; work is the site's weights
-once plus each sequence's states read and written and its streams in and out. There is no
-baseline: issue 6 asks this step for a fraction of HBM."""
+kda-layer: one decode step of a whole KDA site through the engine (`bench.kda_layer`); there
+is no baseline: issue 6 asks this step for a fraction of HBM."""
 
 from __future__ import annotations
 
@@ -22,32 +19,25 @@ from types import ModuleType
 
 import torch
 
+from hyperloom.bench import kda_layer
 from hyperloom.bench.measure import median_seconds, profile_top
-from hyperloom.bench.scenarios import AgreementError, Result, rel_err
+from hyperloom.bench.scenarios import Result, agree
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.compilation import compile_graph
 from hyperloom.codegen.emitters import kda as recurrent
 from hyperloom.codegen.emitters.kda import KDASpec
-from hyperloom.errors import InputError
 from hyperloom.ir import ops
-from hyperloom.ir.builder import GraphBuilder, Residual
-from hyperloom.ir.graph import Graph
-from hyperloom.ir.interpreter import run_graph
 from hyperloom.ir.ops import Op
 from hyperloom.ir.semantics import Ctx
 from hyperloom.ir.semantics import kda as semantics
 from hyperloom.ir.state import StateStore, segments
-from hyperloom.ir.types import DType, StateDecl, StateKind, T, TensorType
-from hyperloom.models import Model, blocks
-from hyperloom.models.random_weights import random_weights
-from hyperloom.runtime.program import Program
+from hyperloom.ir.types import DType, StateDecl, StateKind, TensorType
+from hyperloom.models import Model
 
 SCENARIOS = ("kda-decode", "kda-prefill", "kda-layer")
 GLM_WIDTH = (64, 128)  # GLM-5.3's KDA layer (heads, head_dim): a model without KDA on a GPU
 CPU_WIDTH = (2, 16)  # a model without KDA on the interpreter
 LOWER_BOUND = -5.0  # GLM's bounded gate: g = -5 sigmoid(.) in [-5, 0)
 STATE = "bench"  # the reference's state name
-LAYER_POS = 100  # kda-layer: the position of the step's row (its conv window is full)
 
 # (outputs [rows, H*d], final state [B, H, d, d]) of one run, from a step's static buffers
 Run = Callable[[], tuple[torch.Tensor, torch.Tensor]]
@@ -128,21 +118,6 @@ def reference(spec: KDASpec, x: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
     ctx = Ctx(torch.float32, store, segments(x.slot, x.pos))
     out = semantics.kda(ctx, ops.KDAAttrs(h, d, STATE), *args, x.slot, x.pos)
     return out, store[decl.name]
-
-
-def agree(got: torch.Tensor, want: torch.Tensor, tol: float, what: str) -> float:
-    """The worst relative error over sequences (dim 0 of got and want, [B, ...]); past tol an
-    AgreementError naming the sequence, so one wrong sequence cannot hide among right ones."""
-    if got.shape != want.shape:
-        raise AgreementError(f"{what}: shape {list(got.shape)}, reference {list(want.shape)}")
-    worst = 0.0
-    for i, (a, b) in enumerate(zip(got.flatten(1), want.flatten(1))):
-        err = rel_err(a, b)
-        if not err <= tol:
-            raise AgreementError(f"{what}, sequence {i}: relative error {err:.3g} > {tol:g} "
-                                 "against the reference recurrence; refusing to time it")
-        worst = max(worst, err)
-    return worst
 
 
 def check(run: Run, want: tuple[torch.Tensor, torch.Tensor], batch: int, tol: float,
@@ -312,36 +287,6 @@ def fla_paths(fla: ModuleType, spec: KDASpec, x: Inputs, prefill: bool,
                                             lower_bound=LOWER_BOUND)}
 
 
-# -- a whole KDA site ----------------------------------------------------------------------
-
-
-def layer_graph(model: Model, dtype: DType) -> Graph:
-    """One KDA site alone with the model's widths: its fp32 streams [T, n, D] in, hc_pre, the
-    input norm, blocks.kda_block, hc_post, the streams out (GLM-5.3's layer 0 mixer)."""
-    c = model.config
-    if not hasattr(c, "linear_num_heads") or c.hc_mult < 2:
-        raise InputError(f"kda-layer: {model.family} has no mHC KDA layer (glm5next has)")
-    b = GraphBuilder(f"kda_site_{c.linear_num_heads}x{c.linear_head_dim}", dtype)
-    rows = b.rows()
-    res = Residual(b, c.hc_mult, c.rms_norm_eps, c.hc_eps, c.hc_sinkhorn_iters)
-    res.stream = b.input("x", TensorType.make("f32", T, c.hc_mult, c.hidden_size))
-    res.site("layer.hc_attn", "layer.input_layernorm.weight",
-             lambda x: blocks.kda_block(b, "layer.self_attn.", x, rows, c.linear_num_heads,
-                                        c.linear_head_dim, c.linear_conv_kernel_dim,
-                                        c.linear_lower_bound, c.rms_norm_eps))
-    return b.finish(streams=res.stream)
-
-
-def layer_bytes(graph: Graph, batch: int) -> float:
-    """The site's weights once, each sequence's states read and written once, its streams read
-    and written once (the row inputs are a few bytes)."""
-    weights = sum(p.type.nbytes() for p in graph.params)
-    states = sum(d.type.nbytes() for d in graph.states())
-    x = graph.inputs[-1][1]
-    streams = int(x.shape[1]) * int(x.shape[2]) * x.dtype.torch.itemsize
-    return float(weights + batch * (2 * states + 2 * streams))
-
-
 # -- the scenarios -------------------------------------------------------------------------
 
 
@@ -377,34 +322,18 @@ class KDABench:
                          graph=False, reps=10)
 
     def layer(self, batch: int) -> KDAResult:
-        """One decode step (a row a sequence) of a whole KDA site from random states, timed
-        under CUDA-graph replay (its weights, read once a step, push each step's states out of
-        L2), after its output and states are checked against the reference interpreter."""
-        graph = layer_graph(self.model, DType.of(self.dtype))
-        weights = random_weights(Model("kda-layer", None, graph, None, 0), seed=1)
-        prog = Program(compile_graph(graph, batch), weights,
-                       StateStore(graph.states(), batch, 1, self.device), self.device)
-        for t in prog.operands.state.tensors.values():
-            t.copy_(torch.randn(t.shape, generator=self.gen) * 0.1)
-        start = {k: t.clone() for k, t in prog.operands.state.tensors.items()}
-        x = torch.randn((batch, *prog.inputs["%x"].shape[1:]), generator=self.gen)
-        inputs = {"x": x, "ids": torch.zeros(batch, dtype=torch.int64),
-                  "pos": torch.full((batch,), LAYER_POS), "slot": torch.arange(batch)}
-        for k, v in inputs.items():
-            prog.inputs["%" + k][:batch].copy_(v)
-        launches = prog.record(batch, 1)
-
-        def step() -> None:
-            for f in launches:
-                f()
-
+        """One decode step (a row a sequence) of a whole KDA site from random states
+        (`bench.kda_layer`), timed under CUDA-graph replay (its weights, read once a step, push
+        each step's states out of L2), after its output and states are checked against the
+        reference interpreter."""
         name = f"kda layer b{batch}"
+        step = kda_layer.LayerStep(self.model, DType.of(self.dtype), batch, self.device, self.gen)
         with torch.no_grad():
-            step()
-            err = self._check_layer(name, graph, weights, inputs, start, prog, batch)
-            t = median_seconds(graphed(step, self.device), self.device, reps=20)
-        r = KDAResult(name, layer_bytes(graph, batch), "bytes", t,
-                      kernels=prog.plan.launches(batch, decode=True), rel_err=err)
+            step.run()
+            err = step.check(self.tol, name)
+            t = median_seconds(graphed(step.run, self.device), self.device, reps=20)
+        r = KDAResult(name, kda_layer.layer_bytes(step.graph, batch), "bytes", t,
+                      kernels=step.prog.plan.launches(batch, decode=True), rel_err=err)
         r.batch = batch
         r.extra = {"heads": self.model.config.linear_num_heads,
                    "head_dim": self.model.config.linear_head_dim, "rows": batch,
@@ -414,25 +343,8 @@ class KDABench:
                    "checked_against": "the reference interpreter (fp32)", "baseline": None,
                    "notes": [], "vs_fla": None}
         if self.profile_steps:
-            r.profile = profile_top(step, self.device, self.profile_steps)
+            r.profile = profile_top(step.run, self.device, self.profile_steps)
         return r
-
-    def _check_layer(self, name: str, graph: Graph, weights: dict, inputs: dict, start: dict,
-                     prog: Program, batch: int) -> float:
-        """The step's streams and every state against run_graph's in fp32, sequence by
-        sequence."""
-        store = StateStore(graph.states(), batch, 1, self.device, torch.float32)
-        for k, t in start.items():
-            store[k].copy_(t)
-        dev = {k: v.to(self.device) for k, v in inputs.items()}
-        ref_w = {k: v.to(self.device, torch.float32 if v.is_floating_point() else v.dtype)
-                 for k, v in weights.items()}
-        want = run_graph(graph, ref_w, dev, store, torch.float32)["streams"]
-        got = prog.outputs(batch)["streams"]
-        err = agree(got.float(), want, self.tol, f"{name}: streams")
-        for k, t in prog.operands.state.tensors.items():
-            err = max(err, agree(t[:batch].float(), store[k], self.tol, f"{name}: state {k}"))
-        return err
 
     def _run(self, name: str, x: Inputs, ours: Path, fla: dict[str, Path], graph: bool,
              reps: int) -> KDAResult:

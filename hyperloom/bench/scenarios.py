@@ -65,6 +65,21 @@ def _check(ours: torch.Tensor, base: torch.Tensor, tol: float, what: str) -> flo
     return err
 
 
+def agree(got: torch.Tensor, want: torch.Tensor, tol: float, what: str) -> float:
+    """The worst relative error over sequences (dim 0 of got and want, [B, ...]); past tol an
+    AgreementError naming the sequence, so one wrong sequence cannot hide among right ones."""
+    if got.shape != want.shape:
+        raise AgreementError(f"{what}: shape {list(got.shape)}, reference {list(want.shape)}")
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(got.flatten(1), want.flatten(1))):
+        err = rel_err(a, b)
+        if not err <= tol:
+            raise AgreementError(f"{what}, sequence {i}: relative error {err:.3g} > {tol:g} "
+                                 "against the reference; refusing to time it")
+        worst = max(worst, err)
+    return worst
+
+
 def _check_rows(ours: torch.Tensor, base: torch.Tensor, tol: float, what: str) -> float:
     """Row by row (a sequence each), so one wrong row cannot hide among right ones; the worst."""
     if ours.shape != base.shape:

@@ -20,6 +20,7 @@ import torch
 
 import hyperloom
 from hyperloom.bench import kda as kda_bench
+from hyperloom.bench import kda_layer
 from hyperloom.bench import report
 from hyperloom.bench.kda import KDABench, KDAResult, kda_bytes, kda_spec
 from hyperloom.bench.measure import Limits
@@ -247,12 +248,12 @@ def test_kda_layer_rows(no_fla, tmp_path):
     assert rc == 0
     rows = json.loads(out.read_text())["results"]
     assert [r["scenario"] for r in rows] == ["kda layer b1", "kda layer b2"]
-    graph = kda_bench.layer_graph(hyperloom.build("glm5next", "tiny", dtype=torch.float32),
+    graph = kda_layer.layer_graph(hyperloom.build("glm5next", "tiny", dtype=torch.float32),
                                   DType.F32)
     state = 4 * 16 * 16 * 4 + 3 * 64 * 3 * 4  # recurrent [4, 16, 16] + conv windows [3 x 64, 3]
     assert sum(d.type.nbytes() for d in graph.states()) == state
     for r, batch in zip(rows, (1, 2)):
-        assert r["work"] == kda_bench.layer_bytes(graph, batch)
+        assert r["work"] == kda_layer.layer_bytes(graph, batch)
         assert r["work"] == sum(p.type.nbytes() for p in graph.params) \
             + batch * (2 * state + 2 * 4 * 64 * 4)  # GLM tiny: 4 fp32 streams of 64
         assert 0 < r["rel_err_vs_eager"] <= 1e-4 and r["kernels_per_step"] > 5

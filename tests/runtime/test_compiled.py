@@ -331,11 +331,12 @@ class _Counting:
 
 
 @pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])
-@pytest.mark.parametrize("rows, seqs", [(1, 1), (3, 3), (40, 1), (70, 1)])
+@pytest.mark.parametrize("rows, seqs", [(1, 1), (3, 3), (6, 2), (40, 1), (70, 1)])
 def test_a_step_launches_what_the_plan_counts(model, config, rows, seqs, monkeypatch):
     # the plan's launch counts (the bench's kernels per step) against the kernels one step of
-    # the engine actually launches: decode of one and of three sequences, chunked KDA (40
-    # rows), hc_post apart (70); hc_pre's wide form lowered to 32 rows so both wide steps take it
+    # the engine actually launches: decode of one and of three sequences, verify-like runs of
+    # three rows, chunked KDA (40 rows), hc_post apart (70); hc_pre's wide form lowered to 32
+    # rows so both wide steps take it
     log: list = []
     real = launchers.load
     monkeypatch.setattr(launchers, "load", lambda *a, **kw: _Counting(real(*a, **kw), log))
