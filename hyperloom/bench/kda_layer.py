@@ -44,7 +44,7 @@ def layer_bytes(graph: Graph, batch: int) -> float:
     and written once (the row inputs are a few bytes)."""
     weights = sum(p.type.nbytes() for p in graph.params)
     states = sum(d.type.nbytes() for d in graph.states())
-    x = graph.inputs[-1][1]
+    x = dict(graph.inputs)["%x"]
     streams = int(x.shape[1]) * int(x.shape[2]) * x.dtype.torch.itemsize
     return float(weights + batch * (2 * states + 2 * streams))
 

@@ -50,11 +50,11 @@ from hyperloom.codegen.emitters import hc_post, hc_pre, norm
 from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
 from hyperloom.codegen.emitters.text import pdl, wrap
 from hyperloom.config import CONFIG
-from hyperloom.passes.kernel_plan import APART_ROWS, GEMV_ROWS, folds
+from hyperloom.passes.kernel_plan import APART_ROWS, folds
 
 PROLOGUES = ("none", "rmsnorm", "mean_rmsnorm", "gated_rmsnorm")
+NORM_KERNEL = ("mean_rmsnorm", "gated_rmsnorm")  # prologues run as a norm kernel into h first
 EPILOGUES = ("store", "swiglu", "residual", "hc_post")
-GEMV_MAX_ROWS = GEMV_ROWS
 SPLIT_ROWS = APART_ROWS  # hc_post epilogue: wider steps run the GEMM and hc_post apart
 
 
@@ -99,7 +99,7 @@ class MatmulSpec:
 def gemm_spec(spec: MatmulSpec) -> MatmulSpec:
     """The spec of the GEMM kernel: mean_rmsnorm's and gated_rmsnorm's run on rows their norm
     kernel already normed."""
-    if spec.prologue in ("mean_rmsnorm", "gated_rmsnorm"):
+    if spec.prologue in NORM_KERNEL:
         return dataclasses.replace(spec, prologue="none", group=0)
     return spec
 
@@ -107,8 +107,7 @@ def gemm_spec(spec: MatmulSpec) -> MatmulSpec:
 def kernel_names(name: str, spec: MatmulSpec) -> tuple[str, ...]:
     """The kernels `source(name, spec)` defines: (norm, GEMM) for mean_rmsnorm and
     gated_rmsnorm; hc_post adds its wide-step pair (plain GEMM into y, hc_post)."""
-    names = (f"{name}_norm", name) if spec.prologue in ("mean_rmsnorm", "gated_rmsnorm") \
-        else (name,)
+    names = (f"{name}_norm", name) if spec.prologue in NORM_KERNEL else (name,)
     return names + ((f"{name}_y", f"{name}_post") if spec.epilogue == "hc_post" else ())
 
 
@@ -411,15 +410,13 @@ def _strides(spec: MatmulSpec, x, out, stream, post, comb) -> dict[str, int]:
     return s
 
 
-def _check_gated(spec: MatmulSpec, x, gate, nw, h, rows: int) -> None:
+def _check_gated(spec: MatmulSpec, x, gate, nw) -> None:
     if spec.prologue != "gated_rmsnorm":
         return
     assert gate is not None and gate.shape == x.shape and gate.stride(-1) == 1, \
         f"gate {None if gate is None else tuple(gate.shape)} for x {tuple(x.shape)}"
     assert nw is not None and tuple(nw.shape) == (spec.group,) and nw.is_contiguous(), \
         f"norm weight: contiguous [{spec.group}]"
-    assert h is not None and h.shape[0] >= rows and h.shape[1] == spec.k, \
-        f"a {rows}-row gated norm step needs h [>= {rows}, {spec.k}] (scratch)"
 
 
 def _check(spec: MatmulSpec, x, w, out, stream, post, comb, h) -> None:
@@ -430,6 +427,7 @@ def _check(spec: MatmulSpec, x, w, out, stream, post, comb, h) -> None:
     assert out.dim() == o_dims and out.shape[-1] == spec.n_out, f"out {tuple(out.shape)}"
     if spec.prologue == "mean_rmsnorm":
         assert x.shape[1] == spec.streams, f"x {tuple(x.shape)}: {spec.streams} streams"
+    if spec.prologue in NORM_KERNEL:
         assert h is not None and h.dim() == 2 and h.shape[1] == spec.k, "h: scratch [rows, K]"
     if spec.epilogue in ("residual", "hc_post"):
         assert stream is not None and stream.shape[1:] == out.shape[1:], "stream shape"
@@ -452,7 +450,7 @@ def scratch_y(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.
 def needs_h(spec: MatmulSpec, rows: int) -> bool:
     """Whether steps of up to `rows` rows need the normed-row scratch h (the norm prologues run
     as kernels of their own)."""
-    return spec.prologue in ("mean_rmsnorm", "gated_rmsnorm")
+    return spec.prologue in NORM_KERNEL
 
 
 def scratch(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.Tensor | None:
@@ -537,19 +535,19 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
     is `scratch_y(...)`'s, needed when rows > SPLIT_ROWS. spec.site: `site` holds the site's
     operands, and a one-row step finishes it (finishes_site). gated_rmsnorm: gate and nw (the
     norm weight), and h (`scratch`) as for mean_rmsnorm."""
-    _check(spec, x, w, out, stream, post, comb, None if spec.prologue == "gated_rmsnorm" else h)
-    _check_gated(spec, x, gate, nw, h, rows)
+    _check(spec, x, w, out, stream, post, comb, h)
+    _check_gated(spec, x, gate, nw)
     assert len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names"
     if rows <= 0:
         return
-    if spec.prologue == "mean_rmsnorm":
+    if spec.prologue in NORM_KERNEL:
         assert h.shape[0] >= rows, f"h has {h.shape[0]} rows, {rows} launched"
-        launch_norm(kernels[0], spec, x=x, h=h, rows=rows)
+        if spec.prologue == "mean_rmsnorm":
+            launch_norm(kernels[0], spec, x=x, h=h, rows=rows)
+        else:
+            norm.launch(kernels[0], norm_spec(spec), x=x, w=nw, out=h, rows=rows, gate=gate)
         x = h
-    if spec.prologue == "gated_rmsnorm":
-        norm.launch(kernels[0], norm_spec(spec), x=x, w=nw, out=h, rows=rows, gate=gate)
-        x = h
-    gemm = kernels[1 if spec.prologue in ("mean_rmsnorm", "gated_rmsnorm") else 0]
+    gemm = kernels[1 if spec.prologue in NORM_KERNEL else 0]
     if spec.epilogue == "hc_post" and rows > SPLIT_ROWS:
         assert y is not None and y.shape[0] >= rows and y.shape[1] == spec.n_out, \
             f"a {rows}-row hc_post step needs y [>= {rows}, {spec.n_out}] (scratch_y)"

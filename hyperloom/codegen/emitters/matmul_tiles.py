@@ -60,14 +60,20 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
 
 
 def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
-    """Fewer stages, then shallower K steps, until the pipelined tiles fit in shared memory."""
     w_tiles = 2 if spec.epilogue == "swiglu" else 1
-    stages, bk = t.num_stages, t.block_k
-    while stages * bk * (t.block_m * x_bytes + t.block_n * w_tiles * w_bytes) > SMEM_BYTES:
+    stages, bk = fit_smem(t.num_stages, t.block_k, t.block_m * x_bytes
+                          + t.block_n * w_tiles * w_bytes)
+    return dataclasses.replace(t, block_k=bk, num_stages=stages)
+
+
+def fit_smem(stages: int, bk: int, k_bytes: int) -> tuple[int, int]:
+    """(stages, K step): fewer stages, then shallower K steps (down to 16), until the pipelined
+    operand tiles, k_bytes a K column of them, fit in shared memory."""
+    while stages * bk * k_bytes > SMEM_BYTES:
         if stages > 2:
             stages -= 1
         elif bk > 16:
             bk //= 2
         else:
             break
-    return dataclasses.replace(t, block_k=bk, num_stages=stages)
+    return stages, bk

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from hyperloom.codegen.emitters.matmul_tiles import fit_smem
 from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
 from hyperloom.passes.kernel_plan import MOE_ROUTE_PAIRS
@@ -34,7 +35,6 @@ GEMV_ROWS = 16  # at most this many rows per expert on average: GEMV tiling
 # batch 1 gate_up + down 69.4 + 41.4 us at 128 deep (4 stages) -> 65.7 + 35.5 at 256 (3 stages);
 # at batch 64 it is 1760 + 885 against 1773 + 884 (bench/results sweep notes: BENCHMARKS)
 FEW_ROWS = 4
-SMEM_BYTES = 160 * 1024  # pipelined operand tiles (as emitters.matmul)
 COMBINE_BLOCK = 1024
 ROUTE_BLOCKS = (128, MOE_ROUTE_PAIRS)  # pairs the route kernel sorts at a time: fewest, most
 
@@ -265,15 +265,8 @@ def tiles(spec: ExpertsSpec, rows: int, gemv: bool | None = None, x_bytes: int =
         t = Tiles(64, 64, 128, 64, 8, 4, 3)  # gate_up: two 64 x 64 accumulators, 128 registers
     else:
         t = Tiles(128, 128, 256, 64, 8, 8, 3)
-    stages, bk = t.stages, min(t.bk, max(16, triton.next_power_of_2(min(spec.hidden,
-                                                                         spec.inter))))
-    while stages * bk * (t.bm * x_bytes + max(2 * t.bn, t.bn_down) * w_bytes) > SMEM_BYTES:
-        if stages > 2:
-            stages -= 1
-        elif bk > 16:
-            bk //= 2
-        else:
-            break
+    bk = min(t.bk, max(16, triton.next_power_of_2(min(spec.hidden, spec.inter))))
+    stages, bk = fit_smem(t.stages, bk, t.bm * x_bytes + max(2 * t.bn, t.bn_down) * w_bytes)
     return Tiles(t.bm, t.bn, t.bn_down, bk, t.group_m, t.warps, stages)
 
 
