@@ -42,18 +42,19 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
                 b.copy_(0.1 * torch.randn(b.shape, generator=g))
 
 
-def hf_config(name: str, **overrides: object):
+def hf_config(name: str, base: object = None, **overrides: object):
+    """(transformers config, ours) of `base` (default: the family's tiny) with `overrides`."""
     import transformers
 
     fam = family(name)
     if name == "glm5next":
         overrides.setdefault("num_nextn_predict_layers", 0)  # transformers has no MTP layer
-    cfg = dataclasses.replace(fam.configs["tiny"], **overrides)
+    cfg = dataclasses.replace(base or fam.configs["tiny"], **overrides)
     d = fam.to_hf(cfg)
     if name == "llama":
         return transformers.LlamaConfig(**d), cfg
-    text = d["text_config"]
-    return transformers.Glm5NextConfig(text_config=text, vision_config=TINY_VISION), cfg
+    vision = TINY_VISION | {"out_hidden_size": cfg.hidden_size}
+    return transformers.Glm5NextConfig(text_config=d["text_config"], vision_config=vision), cfg
 
 
 def save_tiny(name: str, path: Path, seed: int = 0, **overrides: object):

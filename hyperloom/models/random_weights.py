@@ -12,15 +12,15 @@ _NORM_SUFFIXES = ("norm.weight", "layernorm.weight")
 
 
 def _init(p: Param, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-    name = p.name
+    name, device = p.name, g.device
 
     def randn(std: float, mean: float = 0.0) -> torch.Tensor:
-        return torch.randn(shape, generator=g, dtype=torch.float32) * std + mean
+        return torch.randn(shape, generator=g, dtype=torch.float32, device=device) * std + mean
 
     if name.endswith(_NORM_SUFFIXES):
         return randn(0.1, 1.0)
     if name.endswith("_scale"):  # mHC scale: positive, around 1
-        return torch.rand(shape, generator=g) + 0.5
+        return torch.rand(shape, generator=g, device=device) + 0.5
     if name.endswith(("_base", "A_log", "dt_bias")):
         return randn(0.5)
     if name.endswith("bias"):  # LayerNorm bias, router score correction
@@ -36,9 +36,12 @@ def _init(p: Param, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
     return randn(shape[-1] ** -0.5)  # every projection: [.., out, in]
 
 
-def random_weights(model: Model, seed: int = 0) -> dict[str, torch.Tensor]:
-    """One fp32 tensor per parameter, reproducible from `seed` (graph order)."""
-    g = torch.Generator().manual_seed(seed)
+def random_weights(model: Model, seed: int = 0,
+                   device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """One tensor per parameter in its declared dtype, reproducible from `seed` (graph order) on
+    `device` (a device's generator: values differ from the CPU's; real-width models made there
+    skip the host copy)."""
+    g = torch.Generator(device).manual_seed(seed)
     out = {}
     for p in model.params().values():
         shape = tuple(int(s) for s in p.type.shape)
