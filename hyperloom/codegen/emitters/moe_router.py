@@ -1,8 +1,10 @@
 """The MoE router (`hyperloom.ir.semantics.moe.moe_router`, SPEC "MLP") in two kernels:
 
 `{name}_logits`: the router GEMV/GEMM x [rows, H] (any float dtype) @ W^T (W [E, H] fp32) in
-  fp32 (tf32x3 tensor-core dots on the GPU, fp32-accurate), split over H for few rows so a
-  decode step spreads W over ~a hundred programs; partial logits go to a scratch [S, rows, E].
+  fp32 on tensor cores: bf16 x takes W as three bf16 terms (hi + mid + lo hold all 24 bits, each
+  product exact in the fp32 accumulator; 3 bf16 MMAs), other dtypes tf32x3; split over H for
+  few rows so a decode step spreads W over ~a hundred programs; partial logits go to a scratch
+  [S, rows, E].
 `{name}`: one program a row: the S partials summed in order, s = sigmoid, c = s + bias; group
   score = sum of a group's top-2 c; the top `topk_group` groups kept; top-k experts by c within
   them; weights = their uncorrected s, renormalised (norm_topk_prob, + 1e-20) and scaled.
@@ -76,7 +78,15 @@ def {name}_logits(x_ptr, w_ptr, part_ptr, rows, sx, sp, SPLIT: tl.constexpr, BM:
         k_ok = kk < H
         a = tl.load(x_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(w_cols + kk[:, None], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-        acc = tl.dot(a.to(tl.float32), b, acc, input_precision="{prec}")
+        if x_ptr.dtype.element_ty == tl.bfloat16:  # W = hi + mid + lo, bf16 each: exact
+            hi = b.to(tl.bfloat16)
+            r = b - hi.to(tl.float32)
+            mid = r.to(tl.bfloat16)
+            acc = tl.dot(a, (r - mid.to(tl.float32)).to(tl.bfloat16), acc)
+            acc = tl.dot(a, mid, acc)
+            acc = tl.dot(a, hi, acc)
+        else:
+            acc = tl.dot(a.to(tl.float32), b, acc, input_precision="{prec}")
     out = part_ptr + tl.program_id(2) * sp + rm.to(tl.int64)[:, None] * E + rn[None, :]
     tl.store(out, acc, mask=m_ok[:, None] & n_ok[None, :])
 '''
@@ -155,8 +165,8 @@ class Tiles:
 def tiles(spec: RouterSpec, rows: int) -> Tiles:
     """Few rows: narrow E blocks and H split so W (E x H fp32) streams through many programs."""
     bk = min(128 if rows <= MID_ROWS else 64, max(16, _pow2(spec.hidden)))
-    if rows > MID_ROWS:
-        return Tiles(128, 64, bk, 1, 8, 3)
+    if rows > MID_ROWS:  # 64 x 32 tiles: 576 programs at 4096 rows x 288 experts (4.4 waves)
+        return Tiles(64, 32, bk, 1, 4, 4)
     bm = 16 if rows <= GEMV_ROWS else 64
     splits = max(1, min(16, spec.hidden // SPLIT_MIN))
     return Tiles(bm, 32, bk, splits, 4, 4)
