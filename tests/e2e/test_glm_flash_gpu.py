@@ -122,8 +122,9 @@ def _rows(got: torch.Tensor, want: torch.Tensor, tol: float, what: str) -> float
     assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
     errs = torch.tensor([rel_err(g, w) for g, w in zip(got, want)])
     bad = int(errs.argmax())
+    print(f"{what}: worst row {bad} {errs[bad]:.3g}, median {errs.median():.3g}, rows over "
+          f"{tol:g}: {(errs > tol).sum()} of {len(errs)}")
     assert errs[bad] <= tol, f"{what}, row {bad}: relative error {errs[bad]:.3g} > {tol:g}"
-    print(f"{what}: worst row {bad} {errs[bad]:.3g}, median {errs.median():.3g}")
     return float(errs[bad])
 
 
