@@ -42,8 +42,6 @@ def folds(rows: int) -> bool:
 LAUNCHES = {"attention": (1, 2),  # (narrow step, wide step)
             "moe_router": (2, 2), "dsa": (3, 3), "mla": (3, 3)}
 MOE_ROUTE_PAIRS = 1024  # (row, expert) pairs one route program sorts: more add a count kernel
-MOE_WIDE_PAIRS = 64  # more (row, expert) pairs an expert on average: 128-row expert tiles, and
-# gate_up and down each launch again for the experts' remainders of at most 64 rows
 GRIDS = {
     "embedding": "(R,)",
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
@@ -141,8 +139,7 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
     epilogue runs hc_post apart above APART_ROWS rows, and its gated norm prologue as a kernel of
     its own; attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write,
     then attend; hc_pre finishes 2 to HC_WIDE_ROWS rows in a second kernel, more in two (gates,
-    apply); routed experts count their pairs in a kernel of its own past MOE_ROUTE_PAIRS and
-    launch their GEMMs twice past MOE_WIDE_PAIRS an expert (`_moe_launches`); KDA
+    apply); routed experts count their pairs in a kernel of its own past MOE_ROUTE_PAIRS; KDA
     takes its chunked kernels for a run of KDA_CHUNKED_ROWS rows (counted here by the step's
     rows)."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
@@ -156,23 +153,10 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
         return (KDA_CHUNKED_ROWS - 1, 1), (None, KDA_CHUNK_LAUNCHES)
     if emitter == "hc_pre":
         return (NARROW_ROWS, 1), (HC_WIDE_ROWS, 2), (None, 3)
-    if emitter == "moe_experts":  # ids [T, top_k], wg [E, I, H]
-        return _moe_launches(int(types[node.args[2]].shape[1]), int(types[node.args[3]].shape[0]))
+    if emitter == "moe_experts":  # ids [T, top_k]
+        return (MOE_ROUTE_PAIRS // int(types[node.args[2]].shape[1]), 4), (None, 5)
     narrow, wide = LAUNCHES.get(emitter, (1, 1))
     return (NARROW_ROWS, narrow), (None, wide)
-
-
-def moe_expert_launches(rows: int, top_k: int, experts: int) -> int:
-    """Routed experts: route, gate_up, down, combine; a count kernel past MOE_ROUTE_PAIRS
-    pairs; gate_up and down twice past MOE_WIDE_PAIRS pairs an expert."""
-    pairs = rows * top_k
-    return 4 + (pairs > MOE_ROUTE_PAIRS) + 2 * (pairs > MOE_WIDE_PAIRS * experts)
-
-
-def _moe_launches(top_k: int, experts: int) -> tuple[tuple[int | None, int], ...]:
-    cuts = sorted({MOE_ROUTE_PAIRS // top_k, MOE_WIDE_PAIRS * experts // top_k})
-    return tuple((c, moe_expert_launches(c, top_k, experts)) for c in cuts) + \
-        ((None, moe_expert_launches(cuts[-1] + 1, top_k, experts)),)
 
 
 def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:

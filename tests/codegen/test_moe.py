@@ -154,22 +154,6 @@ def test_experts_wide_tiles_and_many_route_chunks(monkeypatch) -> None:
     assert_close(got, _want(spec, inputs), torch.float32, "experts, 128-row tiles")
 
 
-def test_remainder_tiles_cover_every_split_of_an_expert() -> None:
-    """128-row tiles with 64-row remainder tiles: experts of 0, 20 and 57 rows (a remainder
-    tile alone), 75 (one 128-row tile), 128 (exactly one), 160 (one of each)."""
-    spec, rows = ExpertsSpec(6, 32, 16, 2, 10.0), 220
-    counts = {1: 20, 2: 160, 3: 75, 4: 128, 5: 57}
-    flat = torch.cat([torch.full((n,), e) for e, n in counts.items()])
-    ids = torch.stack([flat[:rows], flat[rows:]], 1)  # distinct experts in every row
-    ids = ids[torch.randperm(rows, generator=torch.Generator().manual_seed(2))].int()
-    inputs = list(_experts_inputs(spec, rows, seed=9))
-    inputs[2] = ids
-    t = moe_experts.tiles(spec, rows)
-    assert t.bm == 128 and moe_experts.remainder_tiles(spec, t).bm == 64
-    got = _experts(spec, rows, inputs, None)
-    assert_close(got, _want(spec, inputs), torch.float32, "experts, remainder tiles")
-
-
 def test_route_groups_pairs_stably_over_chunks(monkeypatch) -> None:
     """The pairs of each expert in pair order, experts in order; counts and tile ends."""
     monkeypatch.setattr(moe_experts, "ROUTE_BLOCKS", (16, 16))

@@ -14,7 +14,6 @@ import hyperloom
 from hyperloom.config import overrides
 from hyperloom.ir.ops import Op
 from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
-from hyperloom.codegen.emitters import moe_experts
 from hyperloom.passes import kernel_plan
 from hyperloom.runtime import launchers
 from hyperloom.models.random_weights import random_weights
@@ -337,15 +336,12 @@ def test_a_step_launches_what_the_plan_counts(model, config, rows, seqs, monkeyp
     # the plan's launch counts (the bench's kernels per step) against the kernels one step of
     # the engine actually launches: decode of one and of three sequences, verify-like runs of
     # three rows, chunked KDA (40 rows), hc_post apart (70); hc_pre's wide form lowered to 32
-    # rows so both wide steps take it, and the experts' 128-row tiles (with their remainder
-    # launches) to 16 pairs an expert (the GEMV tiling's most) so the 70-row step takes them
+    # rows so both wide steps take it
     log: list = []
     real = launchers.load
     monkeypatch.setattr(launchers, "load", lambda *a, **kw: _Counting(real(*a, **kw), log))
     monkeypatch.setattr(kernel_plan, "HC_WIDE_ROWS", 32)
     monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", 32)
-    monkeypatch.setattr(kernel_plan, "MOE_WIDE_PAIRS", moe_experts.GEMV_ROWS)
-    monkeypatch.setattr(moe_experts, "MOE_WIDE_PAIRS", moe_experts.GEMV_ROWS)
     _, comp = engines(model, config, prefill_chunk=72)
     n = rows // seqs
     comp._run("main", {"ids": prompt(rows, seed=rows), "pos": torch.arange(n).repeat(seqs),

@@ -10,9 +10,6 @@ the experts the step chose, five kernels in launch order:
 `{name}_gate_up`: program (tile, column block): a tile is BM sorted pairs of one expert; h[pos]
   = silu(min(g, L)) * clamp(u, -L, L) of x[t] @ wg[e]^T, wu[e]^T (h [pairs, I], x's dtype).
 `{name}_down`: part[p] = weight[p] * (h[pos] @ wd[e]^T) (part [pairs, H], x's dtype).
-  With 128-row tiles each launches twice: an expert's remainder of at most 64 rows goes to a
-  second launch of 64-row tiles (SMALL) instead of a 128-row tile of padding. At GLM-5.3-Flash's
-  4096-token prefill that computes ~10% fewer rows.
 `{name}`: out[t] = sum over c of part[t * k + c], in choice order (deterministic, no atomics).
 
 Each tile reads its expert's weight columns once, so experts chosen by up to BM rows are read
@@ -31,9 +28,8 @@ import triton
 from hyperloom.codegen.emitters.matmul_tiles import fit_smem
 from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
-from hyperloom.passes.kernel_plan import MOE_ROUTE_PAIRS, MOE_WIDE_PAIRS
+from hyperloom.passes.kernel_plan import MOE_ROUTE_PAIRS
 
-META_ROWS = 4  # meta: counts, first positions, 128-row tile ends, remainder tile ends; staging
 GEMV_ROWS = 16  # at most this many rows per expert on average: GEMV tiling
 # steps of at most FEW_ROWS rows read 256-deep K chunks: on the H200 at GLM-5.3-Flash's size,
 # batch 1 gate_up + down 69.4 + 41.4 us at 128 deep (4 stages) -> 65.7 + 35.5 at 256 (3 stages);
@@ -81,26 +77,12 @@ def _expert_of(ids_ptr, skip_ptr, p, pairs, si, ss, K: tl.constexpr, E: tl.const
 
 
 @triton.jit
-def _split_tiles(count, BM: tl.constexpr, BS: tl.constexpr):
-    """(BM-row tiles, BS-row tiles) of an expert's count rows: a remainder of at most BS rows
-    takes one BS-row tile (BS 0: none)."""
-    rem = count % BM
-    small = ((BS > 0) & (rem > 0) & (rem <= BS)).to(tl.int32)
-    return (count + BM - 1) // BM - small, small
-
-
-@triton.jit
-def _tile_rows(meta_ptr, order_ptr, e, pid_m, BM: tl.constexpr, BS: tl.constexpr,
-               EB: tl.constexpr, SMALL: tl.constexpr, TM: tl.constexpr):
-    """Sorted positions, their mask and pair ids of row tile pid_m (of expert e): a BM-row tile,
-    or (SMALL) the expert's BS-row remainder tile; TM = the tile's rows."""
+def _tile_rows(meta_ptr, order_ptr, e, pid_m, BM: tl.constexpr, EB: tl.constexpr):
+    """Sorted positions, their mask and pair ids of row tile pid_m (of expert e)."""
     count = tl.load(meta_ptr + e)
-    big, small = _split_tiles(count, BM, BS)
-    if SMALL:
-        r = big * BM + tl.arange(0, TM)
-    else:
-        r = (pid_m - tl.load(meta_ptr + 2 * EB + e) + big) * BM + tl.arange(0, TM)
-    ok = r < tl.minimum(count, big * BM + small * BS)
+    first = tl.load(meta_ptr + 2 * EB + e) - (count + BM - 1) // BM
+    r = (pid_m - first) * BM + tl.arange(0, BM)
+    ok = r < count
     pos = tl.load(meta_ptr + EB + e) + r
     pair = tl.load(order_ptr + pos, mask=ok, other=0)
     return pos.to(tl.int64), ok, pair
@@ -116,10 +98,10 @@ def _tile_of(pid, tiles_ub, num_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _expert_at(meta_ptr, pid_m, EB: tl.constexpr, SMALL: tl.constexpr):
-    """The expert of row tile pid_m: how many experts' tiles (BM-row ones, or the remainder
-    tiles: SMALL) all end at or before it (E or more when pid_m is past the last tile)."""
-    ends = tl.load(meta_ptr + (3 if SMALL else 2) * EB + tl.arange(0, EB))
+def _expert_at(meta_ptr, pid_m, EB: tl.constexpr):
+    """The expert of row tile pid_m: how many experts' tiles all end at or before it (E or more
+    when pid_m is past the last tile)."""
+    ends = tl.load(meta_ptr + 2 * EB + tl.arange(0, EB))
     return tl.sum((ends <= pid_m).to(tl.int32), 0)
 '''
 
@@ -142,8 +124,7 @@ def {name}_count(ids_ptr, skip_ptr, counts_ptr, pairs, si, ss, BLOCK: tl.constex
 
 @triton.jit(do_not_specialize=["pairs", "chunks"])
 def {name}_route(ids_ptr, skip_ptr, counts_ptr, order_ptr, meta_ptr, pairs, chunks, si, ss,
-        BM: tl.constexpr, BS: tl.constexpr, BLOCK: tl.constexpr, HAS_SKIP: tl.constexpr,
-        {consts}):
+        BM: tl.constexpr, BLOCK: tl.constexpr, HAS_SKIP: tl.constexpr, {consts}):
     c = tl.program_id(0)
     eb = tl.arange(0, EB)
     lane = tl.arange(0, BLOCK)
@@ -162,12 +143,10 @@ def {name}_route(ids_ptr, skip_ptr, counts_ptr, order_ptr, meta_ptr, pairs, chun
     if c == 0:
         tl.store(meta_ptr + eb, total)
         tl.store(meta_ptr + EB + eb, start)
-        big, small = _split_tiles(total, BM, BS)
-        tl.store(meta_ptr + 2 * EB + eb, tl.cumsum(big, 0))  # tile ends
-        tl.store(meta_ptr + 3 * EB + eb, tl.cumsum(small, 0))
+        tl.store(meta_ptr + 2 * EB + eb, tl.cumsum((total + BM - 1) // BM, 0))  # tile ends
     # the n-th pair of expert e in this chunk's (expert, p) order lands at stage[e] + its
     # sorted index (n + the chunk's pairs of experts below e)
-    stage = meta_ptr + ({META_ROWS} + c) * EB
+    stage = meta_ptr + (3 + c) * EB
     tl.store(stage + eb, start + before - (tl.cumsum(hist, 0) - hist))
     tl.debug_barrier()
     key = tl.sort(e * BLOCK + lane)
@@ -189,19 +168,18 @@ def _grouped(name: str, spec: ExpertsSpec, kind: str) -> str:
     loads = "".join(f"        b{i} = tl.load({w} + w_off + kk[:, None], mask=b_ok, other=0.0)\n"
                     f"        {acc} = {_dot('a', f'b{i}', acc)}\n"
                     for i, (acc, w) in enumerate(weights))
-    zeros = "".join(f"    {acc} = tl.zeros([TM, BN], dtype=tl.float32)\n" for acc, _ in weights)
+    zeros = "".join(f"    {acc} = tl.zeros([BM, BN], dtype=tl.float32)\n" for acc, _ in weights)
     return f'''
 @triton.jit(do_not_specialize=["tiles_ub"])
 def {name}_{kind}({params}, order_ptr, meta_ptr, tiles_ub, {stride}, BM: tl.constexpr,
-        BS: tl.constexpr, SMALL: tl.constexpr, TM: tl.constexpr, BN: tl.constexpr,
-        BK: tl.constexpr, GROUP_M: tl.constexpr,
+        BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
         E: tl.constexpr = {spec.experts}, EB: tl.constexpr = {spec.bins},
         K: tl.constexpr = {spec.top_k}, N: tl.constexpr = {n}, KD: tl.constexpr = {k}):
     pid_m, pid_n = _tile_of(tl.program_id(0), tiles_ub, tl.cdiv(N, BN), GROUP_M)
-    e = _expert_at(meta_ptr, pid_m, EB, SMALL)
+    e = _expert_at(meta_ptr, pid_m, EB)
     if e >= E:  # past the step's last tile
         return
-    pos, m_ok, pair = _tile_rows(meta_ptr, order_ptr, e, pid_m, BM, BS, EB, SMALL, TM)
+    pos, m_ok, pair = _tile_rows(meta_ptr, order_ptr, e, pid_m, BM, EB)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     n_ok = rn < N
@@ -272,9 +250,6 @@ class Tiles:
     stages: int
 
 
-NARROW = Tiles(64, 64, 128, 64, 8, 4, 3)  # gate_up: two 64 x 64 accumulators, 128 registers
-
-
 def tiles(spec: ExpertsSpec, rows: int, gemv: bool | None = None, x_bytes: int = 2,
           w_bytes: int = 2) -> Tiles:
     """GEMV tiling when experts average at most GEMV_ROWS rows (or `gemv`), else tensor-core
@@ -286,21 +261,10 @@ def tiles(spec: ExpertsSpec, rows: int, gemv: bool | None = None, x_bytes: int =
         t = Tiles(16, 32, 32, 256, 1, 4, 3)
     elif gemv:  # one 16-row tile per expert; ~2 programs a multiprocessor at decode
         t = Tiles(16, 32, 32, 128, 1, 4, 4)
-    elif per_expert <= MOE_WIDE_PAIRS:
-        t = NARROW
+    elif per_expert <= 64:
+        t = Tiles(64, 64, 128, 64, 8, 4, 3)  # gate_up: two 64 x 64 accumulators, 128 registers
     else:
         t = Tiles(128, 128, 256, 64, 8, 8, 3)
-    return _fit(spec, t, x_bytes, w_bytes)
-
-
-def remainder_tiles(spec: ExpertsSpec, t: Tiles, x_bytes: int = 2,
-                    w_bytes: int = 2) -> Tiles | None:
-    """The tiles of 128-row steps' second launch: an expert's remainder of at most 64 rows in
-    one 64-row tile, not a 128-row tile of padding (None for other tilings)."""
-    return _fit(spec, NARROW, x_bytes, w_bytes) if t.bm == 128 else None
-
-
-def _fit(spec: ExpertsSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
     bk = min(t.bk, max(16, triton.next_power_of_2(min(spec.hidden, spec.inter))))
     stages, bk = fit_smem(t.stages, bk, t.bm * x_bytes + max(2 * t.bn, t.bn_down) * w_bytes)
     return Tiles(t.bm, t.bn, t.bn_down, bk, t.group_m, t.warps, stages)
@@ -309,7 +273,7 @@ def _fit(spec: ExpertsSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
 @dataclass(frozen=True)
 class Work:
     """Scratch of up to `rows` rows: sorted pair ids; per-chunk histograms [chunks, bins];
-    expert counts, first positions and both tile ends, then a staging row per chunk [4 + chunks,
+    expert counts, first positions and tile ends, then a staging row per chunk [3 + chunks,
     bins]; h [pairs, I] and the per-pair outputs [pairs, H], both in x's dtype."""
     order: torch.Tensor
     counts: torch.Tensor
@@ -332,7 +296,7 @@ def scratch(spec: ExpertsSpec, rows: int, dtype: torch.dtype, device) -> Work:
     pairs, i32 = rows * spec.top_k, dict(dtype=torch.int32, device=device)
     chunks = _chunks(pairs)  # the most of any step of up to `rows` rows
     return Work(torch.empty(pairs, **i32), torch.zeros((chunks, spec.bins), **i32),
-                torch.zeros((META_ROWS + chunks, spec.bins), **i32),
+                torch.zeros((3 + chunks, spec.bins), **i32),
                 torch.empty((pairs, spec.inter), dtype=dtype, device=device),
                 torch.empty((pairs, spec.hidden), dtype=dtype, device=device))
 
@@ -352,16 +316,6 @@ def _check(spec: ExpertsSpec, x, weights, ids, wg, wu, wd, out, rows: int, work:
         and work.counts.shape[0] >= _chunks(rows * k), "experts scratch too small"
 
 
-def _row_tiles(spec: ExpertsSpec, rows: int, t: Tiles, rest: Tiles | None):
-    """(tiles, grid's row tiles, remainder launch?) of each grouped GEMM launch. Each expert
-    holds at most `rows` pairs: BM-row tiles <= cdiv(pairs, BM) + one partial per expert;
-    remainder tiles <= one per expert."""
-    pairs = rows * spec.top_k
-    ub = min(triton.cdiv(pairs, t.bm) + min(spec.experts, pairs),
-             spec.experts * triton.cdiv(rows, t.bm))
-    return [(t, ub, False)] + ([(rest, min(spec.experts, pairs), True)] if rest else [])
-
-
 def launch(kernels, spec: ExpertsSpec, *, x: torch.Tensor, weights: torch.Tensor,
            ids: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, wd: torch.Tensor,
            out: torch.Tensor, rows: int, work: Work, skip: torch.Tensor | None = None,
@@ -379,19 +333,17 @@ def launch(kernels, spec: ExpertsSpec, *, x: torch.Tensor, weights: torch.Tensor
     rmeta = dict(BLOCK=block, HAS_SKIP=has_skip, num_warps=8 if block > 256 else 4)
     if chunks > 1:  # a lone chunk's route program counts its own pairs
         count[(chunks,)](ids, skip, work.counts, pairs, ids.stride(0), skip.stride(0), **rmeta)
-    rest = remainder_tiles(spec, t, x.element_size(), wg.element_size())
-    bs = rest.bm if rest else 0
     route[(chunks,)](ids, skip, work.counts, work.order, work.meta, pairs, chunks,
-                     ids.stride(0), skip.stride(0), BM=t.bm, BS=bs, **rmeta)
-    gemms = ((gate_up, spec.inter, (x, wg, wu, work.h), x.stride(0)),
-             (down, spec.hidden, (work.h, wd, weights, work.part), weights.stride(0)))
-    for kernel, n, args, stride in gemms:
-        for tt, ub, small in _row_tiles(spec, rows, t, rest):
-            bn = tt.bn if kernel is gate_up else tt.bn_down
-            kernel[(ub * triton.cdiv(n, bn),)](
-                *args, work.order, work.meta, ub, stride, BM=t.bm, BS=bs, SMALL=small,
-                TM=tt.bm, BN=bn, BK=tt.bk, GROUP_M=tt.group_m, num_warps=tt.warps,
-                num_stages=tt.stages)
+                     ids.stride(0), skip.stride(0), BM=t.bm, **rmeta)
+    # each expert holds at most `rows` pairs: tiles <= cdiv(pairs, BM) + one partial per expert
+    ub = min(triton.cdiv(pairs, t.bm) + min(spec.experts, pairs),
+             spec.experts * triton.cdiv(rows, t.bm))
+    meta = dict(BM=t.bm, BK=t.bk, GROUP_M=t.group_m, num_warps=t.warps, num_stages=t.stages)
+    gate_up[(ub * triton.cdiv(spec.inter, t.bn),)](
+        x, wg, wu, work.h, work.order, work.meta, ub, x.stride(0), BN=t.bn, **meta)
+    down[(ub * triton.cdiv(spec.hidden, t.bn_down),)](
+        work.h, wd, weights, work.part, work.order, work.meta, ub, weights.stride(0),
+        BN=t.bn_down, **meta)
     block = COMBINE_BLOCK // 4 if rows <= GEMV_ROWS else COMBINE_BLOCK  # more programs
     bh = min(block, triton.next_power_of_2(spec.hidden))
     combine[(rows, triton.cdiv(spec.hidden, bh))](
