@@ -9,7 +9,9 @@ router's 8th and 9th scores past each other on many rows (their gap is about 0.0
 experts), and with independent experts each such swap moves the logits by several percent.
 Near-shared experts keep a swap under 0.5%, while rows gathered, weighted or combined wrongly
 still miss by the whole expert output. Routing itself is checked against transformers on the
-CPU (tests/e2e/test_transformers.py) and at this size by the MoE bench's agreement check."""
+CPU (tests/e2e/test_transformers.py) and at this size by the MoE bench's agreement check.
+Rows are checked one by one under the tie rule of tests.tolerances (TIE_ROWS, TIE_REL): a pool
+or expert choice on a rounding tie may move one row in a thousand past REL."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from hyperloom.models.checkpoint import save_checkpoint
 from hyperloom.models.family import truncate
 from hyperloom.models.random_weights import random_weights
 from tests.hf_models import hf_config
-from tests.tolerances import REL
+from tests.tolerances import REL, TIE_REL, TIE_ROWS
 
 pytestmark = pytest.mark.gpu
 BF16, F32 = torch.bfloat16, torch.float32
@@ -117,30 +119,35 @@ def compiled(flash):
                              max_seq_len=MAX_LEN)
 
 
-def _rows(got: torch.Tensor, want: torch.Tensor, tol: float, what: str) -> float:
-    """The worst relative error over rows; past tol, the row that failed."""
+def _rows(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) -> float:
+    """Row by row: at most TIE_ROWS of the rows over REL[dtype] (a choice on a rounding tie),
+    none over TIE_REL[dtype]; the worst row's relative error."""
     assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
     errs = torch.tensor([rel_err(g, w) for g, w in zip(got, want)])
-    bad = int(errs.argmax())
+    bad, over = int(errs.argmax()), int((errs > REL[dtype]).sum())
     print(f"{what}: worst row {bad} {errs[bad]:.3g}, median {errs.median():.3g}, rows over "
-          f"{tol:g}: {(errs > tol).sum()} of {len(errs)}")
-    assert errs[bad] <= tol, f"{what}, row {bad}: relative error {errs[bad]:.3g} > {tol:g}"
+          f"{REL[dtype]:g}: {over} of {len(errs)}")
+    assert errs[bad] <= TIE_REL[dtype], \
+        f"{what}, row {bad}: relative error {errs[bad]:.3g} > {TIE_REL[dtype]:g}"
+    assert over <= TIE_ROWS * len(errs), \
+        f"{what}: {over} of {len(errs)} rows over {REL[dtype]:g} (worst: row {bad})"
     return float(errs[bad])
 
 
-def _compare(got: list[torch.Tensor], want: list[torch.Tensor], tol: float, what: str) -> None:
-    _rows(got[0], want[0], tol, f"{what} prefill")
+def _compare(got: list[torch.Tensor], want: list[torch.Tensor], dtype: torch.dtype,
+             what: str) -> None:
+    _rows(got[0], want[0], dtype, f"{what} prefill")
     for step, (g, w) in enumerate(zip(got[1:], want[1:])):
-        _rows(g, w[-1:], tol, f"{what} decode {step}")
+        _rows(g, w[-1:], dtype, f"{what} decode {step}")
 
 
 def test_reference_matches_transformers(ref_run, hf_run):
-    _compare(ref_run, hf_run[0], REL[F32], "reference vs transformers")
+    _compare(ref_run, hf_run[0], F32, "reference vs transformers")
 
 
 def test_compiled_matches_reference(flash, compiled, ref_run, hf_run):
     got = _run(compiled, flash.prompt, hf_run[1])
-    _compare(got, ref_run, REL[BF16], "compiled bf16 vs reference")
+    _compare(got, ref_run, BF16, "compiled bf16 vs reference")
     assert compiled.runners["main"].replays == DECODE
 
 
@@ -153,10 +160,10 @@ def test_prefill_in_calls_of_both_forms_equals_one_call(flash, compiled):
     split = compiled.new_sequence()
     for a, b in zip(cuts, cuts[1:]):
         got = compiled.prefill(split, flash.prompt[a:b])
-        _rows(got, want[a:b], REL[BF16], f"prefill call of rows {a}..{b}")
+        _rows(got, want[a:b], BF16, f"prefill call of rows {a}..{b}")
     for tok in (17, 4242):
         got, ref = compiled.decode([split], [tok]), compiled.decode([one], [tok])
-        _rows(got, ref, REL[BF16], f"decode of token {tok} after split calls")
+        _rows(got, ref, BF16, f"decode of token {tok} after split calls")
     compiled.free(one)
     compiled.free(split)
 
@@ -172,5 +179,5 @@ def test_batched_decode_equals_each_sequence_alone(flash, compiled):
         toks = [100 * step + i for i in range(len(lengths))]
         batch = compiled.decode(seqs, toks)
         for i, (a, tok) in enumerate(zip(alone, toks)):
-            _rows(batch[i:i + 1], compiled.decode([a], [tok]), REL[BF16],
+            _rows(batch[i:i + 1], compiled.decode([a], [tok]), BF16,
                   f"step {step} sequence {i} (length {lengths[i]}) batched vs alone")
