@@ -34,10 +34,13 @@ def matmul_spec(node: Node, types: dict) -> matmul.MatmulSpec:
     epilogue = {Op.SWIGLU_LINEAR: "swiglu", Op.LINEAR_RESIDUAL: "residual",
                 Op.LINEAR_HC_POST: "hc_post"}.get(op, "store")
     hc = int(node.types[0].shape[1]) if op is Op.LINEAR_HC_POST else 1
+    gate = None
+    if op is Op.LINEAR_KDA_GATE:
+        epilogue, gate = "kda_gate", kda_gate.KDAGateSpec(at.heads, at.head_dim, at.lower_bound)
     return matmul.MatmulSpec(k=int(w.shape[1]), n=int(w.shape[0]), prologue=prologue,
                              eps=eps or 1e-6, streams=int(x.shape[1]) if x.rank == 3 else 1,
                              epilogue=epilogue, limit=getattr(at, "limit", None), hc=hc,
-                             group=group)
+                             group=group, gate=gate)
 
 
 def hc_pre_spec(node: Node, types: dict) -> hc_pre.HCPreSpec:

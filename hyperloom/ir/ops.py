@@ -40,6 +40,7 @@ class Op(enum.Enum):
     NORM_LINEAR = "norm_linear"
     SWIGLU_LINEAR = "swiglu_linear"
     LINEAR_RESIDUAL = "linear_residual"
+    LINEAR_KDA_GATE = "linear_kda_gate"
     LINEAR_HC_POST = "linear_hc_post"
     ROPE_ATTENTION = "rope_attention"
     EMBED_STREAMS = "embed_streams"
@@ -248,6 +249,6 @@ ATTRS: dict[Op, type] = {
     Op.HC_EXPAND: HCExpandAttrs, Op.HC_PRE: HCPreAttrs, Op.HC_POST: NoAttrs,
     Op.HC_HEAD_MEAN: NoAttrs, Op.LM_HEAD: NoAttrs, Op.NORM_LINEAR: NormLinearAttrs,
     Op.SWIGLU_LINEAR: SwiGLULinearAttrs, Op.LINEAR_RESIDUAL: EpilogueLinearAttrs,
-    Op.LINEAR_HC_POST: EpilogueLinearAttrs,
+    Op.LINEAR_HC_POST: EpilogueLinearAttrs, Op.LINEAR_KDA_GATE: KDAGateAttrs,
     Op.ROPE_ATTENTION: RopeAttentionAttrs, Op.EMBED_STREAMS: HCExpandAttrs,
 }

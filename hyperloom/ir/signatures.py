@@ -275,6 +275,12 @@ def _linear_residual(a: Types, _: object) -> tuple[TensorType, ...]:
     return _same((stream, f), None)
 
 
+def _linear_kda_gate(a: Types, at: ops.KDAGateAttrs) -> tuple[TensorType, ...]:
+    x, w, dt_bias, a_log = a
+    (f,) = _linear((x, w), None)
+    return _kda_gate((f, dt_bias, a_log), at)
+
+
 def _linear_hc_post(a: Types, at: ops.EpilogueLinearAttrs) -> tuple[TensorType, ...]:
     x, w, streams, post, comb = a[:5]
     _need((len(a) == 7) == (at.group > 0), f"a gated norm prologue (group {at.group}) takes "
@@ -331,6 +337,7 @@ SIGNATURES: dict[Op, Signature] = {
     Op.NORM_LINEAR: Signature((2,), _norm_linear),
     Op.SWIGLU_LINEAR: Signature((2,), _swiglu_linear),
     Op.LINEAR_RESIDUAL: Signature((3,), _linear_residual),
+    Op.LINEAR_KDA_GATE: Signature((4,), _linear_kda_gate),
     Op.LINEAR_HC_POST: Signature((5, 7), _linear_hc_post),
     Op.ROPE_ATTENTION: Signature((5,), _rope_attention),
     Op.EMBED_STREAMS: Signature((2,), _embed_streams),

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from hyperloom.ir.graph import Graph
 from hyperloom.ir.verifier import verify
 from hyperloom.passes.epilogues import (
-    fold_gated_norm, fuse_embedding, fuse_hc_post, fuse_residual, fuse_rope_attention,
-    fuse_swiglu,
+    fold_gated_norm, fuse_embedding, fuse_hc_post, fuse_kda_gate, fuse_residual,
+    fuse_rope_attention, fuse_swiglu,
 )
 from hyperloom.passes.fuse_linears import (
     fold_norm_into_linear, fuse_head_mean, fuse_site_norm, merge_sibling_linears,
@@ -28,6 +28,7 @@ PIPELINE: tuple[Pass, ...] = (
     fuse_residual,
     fuse_hc_post,
     fold_gated_norm,
+    fuse_kda_gate,
     fuse_rope_attention,
     fuse_embedding,
 )

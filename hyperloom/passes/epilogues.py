@@ -1,6 +1,7 @@
 """Epilogue and prologue fusions: SwiGLU into the gate|up GEMM, the residual add and hc_post into
 the projection that produces the block output (so each site reads and writes the highway once),
-RoPE into attention's KV write, and the embedding gather into the highway's first write."""
+KDA's decay gate into f_b's projection, RoPE into attention's KV write, and the embedding gather
+into the highway's first write."""
 
 from __future__ import annotations
 
@@ -119,6 +120,22 @@ def fold_gated_norm(graph: Graph) -> PassResult:
     """A gated RMSNorm read only by an hc_post GEMM (KDA's o_norm before o_proj) becomes that
     GEMM's prologue."""
     return _Fuser(graph).run(Op.LINEAR_HC_POST, _gated_norm)
+
+
+def _kda_gate(f: _Fuser, node: Node):
+    fx, dt_bias, a_log = node.args
+    src = f.single(fx)
+    if src is None or src.op is not Op.LINEAR:
+        return f"cannot fuse {node.outs[0]} kda_gate into a GEMM: {fx} does not come from a " \
+               "plain projection with one reader"
+    return make_node(f.graph, node.outs, Op.LINEAR_KDA_GATE, (*src.args, dt_bias, a_log),
+                     node.attrs, [src, node]), [src]
+
+
+def fuse_kda_gate(graph: Graph) -> PassResult:
+    """KDA's decay gate (f_b's projection, + dt_bias, the rate of each head) as the epilogue of
+    f_b's GEMM: f never goes to memory, and the gate's own launch is gone."""
+    return _Fuser(graph).run(Op.KDA_GATE, _kda_gate)
 
 
 def _rope_attention(f: _Fuser, node: Node):

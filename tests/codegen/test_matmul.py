@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters.kda_gate import KDAGateSpec
 from hyperloom.codegen.emitters.matmul import (
     SPLIT_ROWS,
     MatmulSpec,
@@ -33,10 +34,12 @@ PAD = 24  # extra columns of the wider buffers that strided views are cut from
 
 
 def spec_for(k: int, n: int, prologue: str, epilogue: str, limit: float | None = 0.75,
-             streams: int = 3, hc: int = 4, group: int = 16) -> MatmulSpec:
+             streams: int = 3, hc: int = 4, group: int = 16, head_dim: int = 16,
+             lower_bound: float | None = -5.0) -> MatmulSpec:
+    gate = KDAGateSpec(n // head_dim, head_dim, lower_bound) if epilogue == "kda_gate" else None
     return MatmulSpec(k=k, n=n, prologue=prologue, eps=1e-5, streams=streams, epilogue=epilogue,
                       limit=limit if epilogue == "swiglu" else None, hc=hc,
-                      group=group if prologue == "gated_rmsnorm" else 0)
+                      group=group if prologue == "gated_rmsnorm" else 0, gate=gate)
 
 
 class Case:
@@ -62,6 +65,10 @@ class Case:
         if spec.epilogue == "hc_post":
             o_shape = (alloc, spec.hc, spec.n_out)
         self.out = self.nan(o_shape, act if spec.epilogue in ("store", "swiglu") else torch.float32)
+        self.dt = self.alog = None
+        if spec.gate is not None:  # f_b's gate: biases and head rates both ways around 1
+            self.dt = self.randn(n, dtype=torch.float32, scale=0.5, view=False)
+            self.alog = self.randn(spec.gate.heads, dtype=torch.float32, scale=0.5, view=False)
         self.stream = self.post = self.comb = None
         if spec.epilogue in ("residual", "hc_post"):
             self.stream = self.randn(*o_shape, dtype=torch.float32)
@@ -99,7 +106,7 @@ class Case:
         kernels = tuple(load(src, n, self.device) for n in kernel_names(name, self.spec))
         launch(kernels, self.spec, x=self.x, w=self.w, out=self.out, rows=self.rows,
                stream=self.stream, post=self.post, comb=self.comb, h=self.h, y=self.y,
-               gate=self.gate, nw=self.nw)
+               gate=self.gate, nw=self.nw, dt=self.dt, alog=self.alog)
 
 
 def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
@@ -120,6 +127,8 @@ def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
             gate = gate.clamp(max=spec.limit)
             up = up.clamp(-spec.limit, spec.limit)
         return gate / (1 + torch.exp(-gate)) * up
+    if spec.epilogue == "kda_gate":
+        return kda_gate_of(spec.gate, y + c.dt.double(), c.alog.double())
     s = c.stream[:t].double()
     if spec.epilogue == "residual":
         return s + y
@@ -127,6 +136,14 @@ def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
     cols = [post[:, j, None] * y + sum(comb[:, i, j, None] * s[:, i] for i in range(spec.hc))
             for j in range(spec.hc)]
     return torch.stack(cols, 1)
+
+
+def kda_gate_of(gate: KDAGateSpec, x: torch.Tensor, alog: torch.Tensor) -> torch.Tensor:
+    """KDA's decay gate of biased rows x in fp64: each column at its head's rate exp(A_log)."""
+    rate = alog.exp().repeat_interleave(gate.head_dim)
+    if gate.lower_bound is not None:
+        return gate.lower_bound * torch.sigmoid(rate * x)
+    return -rate * torch.nn.functional.softplus(x)
 
 
 def gated_rows(c: Case) -> torch.Tensor:
@@ -245,6 +262,18 @@ def test_gated_rmsnorm_prologue(group, epilogue, rows):
               seed=700 + rows + group)
 
 
+@pytest.mark.parametrize("rows", [1, 3, 17, 50])  # GEMV; tensor cores
+@pytest.mark.parametrize("lower_bound", [-5.0, None])  # GLM-5.3's sigmoid form; softplus
+def test_kda_gate_epilogue(lower_bound, rows):
+    check_cpu(spec_for(40, 48, "none", "kda_gate", lower_bound=lower_bound), rows,
+              view=rows != 3, seed=90 + rows)
+
+
+def test_kda_gate_epilogue_refuses_a_gate_of_other_width():
+    with pytest.raises(ValueError, match="kda_gate epilogue needs a gate of 48 columns"):
+        MatmulSpec(k=40, n=48, epilogue="kda_gate", gate=KDAGateSpec(2, 16, -5.0))
+
+
 def test_gated_rmsnorm_refuses_a_group_off_k():
     with pytest.raises(ValueError, match="group dividing k=96, got group=64"):
         spec_for(96, 40, "gated_rmsnorm", "store", group=64)
@@ -331,6 +360,15 @@ def test_gpu_bf16_gated_rmsnorm_o_proj(rows):
     # GLM-5.3-Flash's KDA o_proj: 64 heads x 128 in, 4096 out, hc_post over 4 streams
     check_gpu(spec_for(8192, 4096, "gated_rmsnorm", "hc_post", group=128), rows,
               view=rows != 8, seed=800 + rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 8, 64, 512])
+@pytest.mark.parametrize("lower_bound", [-5.0, None])
+def test_gpu_bf16_kda_gate_f_b(lower_bound, rows):
+    # GLM-5.3-Flash's f_b: rank 128 in, 64 heads x 128 out, the decay gate in the epilogue
+    check_gpu(spec_for(128, 8192, "none", "kda_gate", head_dim=128, lower_bound=lower_bound),
+              rows, view=rows != 8, seed=900 + rows)
 
 
 @pytest.mark.gpu

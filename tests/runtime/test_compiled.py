@@ -268,8 +268,10 @@ def test_glm_plans_run_no_op_on_the_interpreter():
     comp = _plan("glm5next", "tiny")
     assert not comp.plan.fallbacks, [k.name for k in comp.plan.fallbacks]
     emitters = {k.emitter for k in comp.plan.kernels}
-    assert {"moe_router", "moe_experts", "kda", "kda_conv", "kda_gate", "norm", "dsa", "mla",
+    assert {"moe_router", "moe_experts", "kda", "kda_conv", "norm", "dsa", "mla",
             "elementwise"} <= emitters
+    ops_run = [k.node.op for k in comp.plan.kernels]  # KDA's gate rides in f_b's GEMM
+    assert Op.KDA_GATE not in ops_run and Op.LINEAR_KDA_GATE in ops_run
     adds = [k for k in comp.plan.kernels if k.node.op in (Op.ADD, Op.HC_HEAD_MEAN)]
     assert len(adds) == 3 and {k.emitter for k in adds} == {"elementwise"}
     assert "0 on the interpreter" in comp.plan.text()

@@ -40,15 +40,20 @@ def _block(spec: KDAGateSpec) -> int:
     return min(BLOCK, triton.next_power_of_2(spec.width))
 
 
-def _gate(spec: KDAGateSpec) -> str:
+def gate_lines(spec: KDAGateSpec, x: str = "x", rate: str = "rate") -> list[str]:
+    """Lines that set g from the biased input `x` and the per-column head rate `rate` (fp32;
+    also the epilogue of f_b's GEMM, `emitters.matmul`)."""
     if spec.lower_bound is not None:
-        return f"    g = {float(spec.lower_bound)!r} * tl.sigmoid(rate * x)\n"
-    return f'''    e = tl.exp(tl.minimum(x, {SOFTPLUS_LINEAR!r}))
-    u = 1.0 + e
-    tiny = u == 1.0  # e below half an ulp of 1: log1p(e) = e
-    log1p = tl.where(tiny, e, tl.log(u) * (e / tl.where(tiny, 1.0, u - 1.0)))
-    g = -rate * tl.where(x > {SOFTPLUS_LINEAR!r}, x, log1p)
-'''
+        return [f"g = {float(spec.lower_bound)!r} * tl.sigmoid({rate} * {x})"]
+    return [f"e = tl.exp(tl.minimum({x}, {SOFTPLUS_LINEAR!r}))",
+            "u = 1.0 + e",
+            "tiny = u == 1.0  # e below half an ulp of 1: log1p(e) = e",
+            "log1p = tl.where(tiny, e, tl.log(u) * (e / tl.where(tiny, 1.0, u - 1.0)))",
+            f"g = -{rate} * tl.where({x} > {SOFTPLUS_LINEAR!r}, {x}, log1p)"]
+
+
+def _gate(spec: KDAGateSpec) -> str:
+    return "".join(f"    {line}\n" for line in gate_lines(spec))
 
 
 def source(name: str, spec: KDAGateSpec, header: str = "") -> str:

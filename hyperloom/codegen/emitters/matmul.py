@@ -21,6 +21,9 @@ spec, ...)` runs them in that order. out = epilogue(prologue(x) @ w.T), accumula
 - epilogue "store": out [rows, N] = result, cast to out's dtype;
   "swiglu": w is [2I, K] (gate rows, then up rows), out [rows, I] = silu(min(g, L)) * clamp(u, L);
   "residual": out [rows, N] fp32 = stream + result (out may be stream);
+  "kda_gate" (spec.gate: KDA's decay gate on f_b's projection): out [rows, N] fp32 = the gate
+  (`emitters.kda_gate`) of result + dt_bias (`dt=`), each column at its head's rate exp(A_log)
+  (`alog=`);
   "hc_post": out[t, j] = post[t, j] * result[t] + sum_i comb[t, i, j] * X[t, i], X = stream
   [rows, hc, N] fp32, over column chunks of the tile (out may be X: a chunk loads all its hc
   stream tiles before storing any). A step of more than SPLIT_ROWS rows runs it apart instead:
@@ -46,7 +49,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from hyperloom.codegen.emitters import hc_post, hc_pre, norm
+from hyperloom.codegen.emitters import hc_post, hc_pre, kda_gate, norm
 from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
 from hyperloom.codegen.emitters.text import pdl, wrap
 from hyperloom.config import CONFIG
@@ -54,7 +57,7 @@ from hyperloom.passes.kernel_plan import APART_ROWS, folds
 
 PROLOGUES = ("none", "rmsnorm", "mean_rmsnorm", "gated_rmsnorm")
 NORM_KERNEL = ("mean_rmsnorm", "gated_rmsnorm")  # prologues run as a norm kernel into h first
-EPILOGUES = ("store", "swiglu", "residual", "hc_post")
+EPILOGUES = ("store", "swiglu", "residual", "hc_post", "kda_gate")
 SPLIT_ROWS = APART_ROWS  # hc_post epilogue: wider steps run the GEMM and hc_post apart
 
 
@@ -72,6 +75,7 @@ class MatmulSpec:
     # hc_post: the mHC site that reads the new streams next; a one-row step finishes it in the
     # GEMM's last program (projection partials, then Sinkhorn and y: hc_pre.finish_source)
     site: hc_pre.HCPreSpec | None = None
+    gate: kda_gate.KDAGateSpec | None = None  # the kda_gate epilogue's heads and bound
 
     def __post_init__(self) -> None:
         if self.prologue not in PROLOGUES or self.epilogue not in EPILOGUES:
@@ -80,6 +84,10 @@ class MatmulSpec:
                                       or self.site.d != self.n_out):
             raise ValueError(f"a site of {self.site.n} x {self.site.d} needs the hc_post "
                              f"epilogue of {self.hc} x {self.n_out} streams")
+        if (self.epilogue == "kda_gate") != (self.gate is not None) \
+                or (self.gate is not None and self.gate.width != self.n):
+            raise ValueError(f"the kda_gate epilogue needs a gate of {self.n} columns, got "
+                             f"{self.gate} with epilogue {self.epilogue!r}")
         if self.k < 1 or self.n < 1 or (self.epilogue == "swiglu" and self.n % 2):
             raise ValueError(f"bad GEMM size k={self.k} n={self.n} for {self.epilogue}")
         if self.streams < 1 or self.hc < 1:
@@ -135,6 +143,8 @@ def _params(spec: MatmulSpec) -> list[str]:
         names.append("stream_ptr")
     if spec.epilogue == "hc_post":
         names += ["post_ptr", "comb_ptr"]
+    if spec.epilogue == "kda_gate":
+        names += ["dt_ptr", "alog_ptr"]
     names += ["rows", "sx_t", "so_t"]
     if spec.epilogue == "hc_post":
         names.append("so_h")
@@ -261,11 +271,19 @@ def _epilogue(spec: MatmulSpec) -> list[str]:
             lines += [f"acc_g = tl.minimum(acc_g, {float(lim)!r})",
                       f"acc_u = tl.minimum(tl.maximum(acc_u, {-float(lim)!r}), {float(lim)!r})"]
         return lines + [f"h = {g} * tl.sigmoid({g}) * {u}", store.format("h")]
+    if spec.epilogue == "kda_gate":
+        return lines + _kda_gate(spec.gate) + [store.format("g")]
     lines.append("s_rows = stream_ptr + rm64[:, None] * sst_t")
     if spec.epilogue == "residual":
         return lines + ["r = tl.load(s_rows + rn[None, :], mask=o_ok, other=0.0)",
                         store.format("(r + acc)")]
     return lines + _hc_post(spec)
+
+
+def _kda_gate(gate: kda_gate.KDAGateSpec) -> list[str]:
+    return ["xg = acc + tl.load(dt_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]",
+            f"rate = tl.exp(tl.load(alog_ptr + rn // {gate.head_dim}, mask=n_ok, "
+            "other=0.0).to(tl.float32))[None, :]"] + kda_gate.gate_lines(gate, "xg", "rate")
 
 
 EPI_LEVELS = 3  # tensor-core tiles: the hc_post epilogue walks 2**EPI_LEVELS column chunks
@@ -419,6 +437,15 @@ def _check_gated(spec: MatmulSpec, x, gate, nw) -> None:
         f"norm weight: contiguous [{spec.group}]"
 
 
+def _check_kda_gate(spec: MatmulSpec, dt, alog) -> None:
+    if spec.gate is None:
+        return
+    for name, t, n in (("dt_bias", dt, spec.n), ("A_log", alog, spec.gate.heads)):
+        assert t is not None and tuple(t.shape) == (n,) and t.is_contiguous(), \
+            f"kda_gate epilogue {name}: contiguous [{n}], got " \
+            f"{None if t is None else tuple(t.shape)}"
+
+
 def _check(spec: MatmulSpec, x, w, out, stream, post, comb, h) -> None:
     x_dims = 3 if spec.prologue == "mean_rmsnorm" else 2
     o_dims = 3 if spec.epilogue == "hc_post" else 2
@@ -505,12 +532,15 @@ def finishes_site(spec: MatmulSpec, rows: int) -> bool:
 
 def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
                 rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
-                comb: torch.Tensor | None = None, site: Site | None = None) -> None:
+                comb: torch.Tensor | None = None, site: Site | None = None,
+                dt: torch.Tensor | None = None, alog: torch.Tensor | None = None) -> None:
     """The GEMM kernel of a spec whose prologue is none or rmsnorm (see gemm_spec) on the first
-    `rows` rows; site: spec.site's operands (needed with spec.site)."""
+    `rows` rows; site: spec.site's operands (needed with spec.site); dt, alog: the kda_gate
+    epilogue's dt_bias and A_log."""
     t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
-             "comb_ptr": comb, "rows": rows, **_strides(spec, x, out, stream, post, comb)}
+             "comb_ptr": comb, "dt_ptr": dt, "alog_ptr": alog, "rows": rows,
+             **_strides(spec, x, out, stream, post, comb)}
     grid = (triton.cdiv(rows, t.block_m) * triton.cdiv(spec.n_out, t.block_n),)
     extra = {}
     if spec.site:
@@ -528,15 +558,18 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
            rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
            comb: torch.Tensor | None = None, h: torch.Tensor | None = None,
            y: torch.Tensor | None = None, site: Site | None = None,
-           gate: torch.Tensor | None = None, nw: torch.Tensor | None = None) -> None:
+           gate: torch.Tensor | None = None, nw: torch.Tensor | None = None,
+           dt: torch.Tensor | None = None, alog: torch.Tensor | None = None) -> None:
     """Run the kernels of `source(..., spec)` (those of kernel_names, loaded, in order) on the
     first `rows` rows of the operands. mean_rmsnorm: h is the scratch of `scratch(...)` (at least
     `rows` rows); the norm kernel fills h[:rows], then the GEMM reads it as its x. hc_post: y
     is `scratch_y(...)`'s, needed when rows > SPLIT_ROWS. spec.site: `site` holds the site's
     operands, and a one-row step finishes it (finishes_site). gated_rmsnorm: gate and nw (the
-    norm weight), and h (`scratch`) as for mean_rmsnorm."""
+    norm weight), and h (`scratch`) as for mean_rmsnorm. kda_gate: dt (dt_bias [N]) and alog
+    (A_log [heads])."""
     _check(spec, x, w, out, stream, post, comb, h)
     _check_gated(spec, x, gate, nw)
+    _check_kda_gate(spec, dt, alog)
     assert len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names"
     if rows <= 0:
         return
@@ -556,4 +589,4 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
                        post=post, comb=comb, out=out, rows=rows)
         return
     launch_gemm(gemm, gemm_spec(spec), x=x, w=w, out=out, rows=rows, stream=stream,
-                post=post, comb=comb, site=site)
+                post=post, comb=comb, site=site, dt=dt, alog=alog)

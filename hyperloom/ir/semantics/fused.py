@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from hyperloom.ir import ops
-from hyperloom.ir.semantics import attention, dense, hc
+from hyperloom.ir.semantics import attention, dense, hc, kda
 from hyperloom.ir.semantics.context import Ctx
 
 
@@ -40,6 +40,12 @@ def linear_hc_post(ctx: Ctx, at: ops.EpilogueLinearAttrs, x: torch.Tensor, w: to
     else:
         x = _gemm_in(x, at.eps)
     return hc.hc_post(ctx, at, x @ w.T, streams, post, comb)
+
+
+def linear_kda_gate(ctx: Ctx, at: ops.KDAGateAttrs, x: torch.Tensor, w: torch.Tensor,
+                    dt_bias: torch.Tensor, a_log: torch.Tensor) -> torch.Tensor:
+    """f_b's projection with KDA's decay gate on its fp32 result (f never rounded)."""
+    return kda.kda_gate(ctx, at, x @ w.T, dt_bias, a_log)
 
 
 def rope_attention(ctx: Ctx, at: ops.RopeAttentionAttrs, q, k, v, slot, pos) -> torch.Tensor:
