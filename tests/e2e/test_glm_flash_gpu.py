@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import shutil
 
 import pytest
 import torch
@@ -76,11 +77,23 @@ def hf_run(flash, tmp_path_factory):
     path = tmp_path_factory.mktemp("flash4")
     save_checkpoint(path, family("glm5next"), flash.bf16, flash.weights)
     hf_config("glm5next", flash.cfg)[0].save_pretrained(path)
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     hf = transformers.Glm5NextForConditionalGeneration.from_pretrained(
         path, dtype=F32, device_map="cuda").eval()
+    shutil.rmtree(path)  # 18 GB of checkpoint, read once
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        logits, tokens = _hf_logits(hf, flash.prompt)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+    del hf
+    _free()
+    return logits, tokens
+
+
+def _hf_logits(hf, prompt: torch.Tensor) -> tuple[list[torch.Tensor], list[int]]:
     with torch.no_grad():
-        out = hf(input_ids=flash.prompt[None].cuda(), use_cache=True)
+        out = hf(input_ids=prompt[None].cuda(), use_cache=True)
         logits, tokens = [out.logits[0].float()], []
         cache = getattr(out, "cache", None) or out.past_key_values
         for _ in range(DECODE):
@@ -89,8 +102,6 @@ def hf_run(flash, tmp_path_factory):
                      cache=cache, use_cache=True)
             logits.append(out.logits[0].float())
             cache = getattr(out, "cache", None) or out.past_key_values
-    del hf, out, cache
-    _free()
     return logits, tokens
 
 
