@@ -32,11 +32,9 @@ def matmul_spec(node: Node, types: dict) -> matmul.MatmulSpec:
     prologue = "none" if eps is None else ("mean_rmsnorm" if x.rank == 3 else "rmsnorm")
     prologue = "gated_rmsnorm" if group else prologue
     epilogue = {Op.SWIGLU_LINEAR: "swiglu", Op.LINEAR_RESIDUAL: "residual",
-                Op.LINEAR_HC_POST: "hc_post"}.get(op, "store")
+                Op.LINEAR_HC_POST: "hc_post", Op.LINEAR_KDA_GATE: "kda_gate"}.get(op, "store")
     hc = int(node.types[0].shape[1]) if op is Op.LINEAR_HC_POST else 1
-    gate = None
-    if op is Op.LINEAR_KDA_GATE:
-        epilogue, gate = "kda_gate", kda_gate.KDAGateSpec(at.heads, at.head_dim, at.lower_bound)
+    gate = kda_gate_spec(node, types) if op is Op.LINEAR_KDA_GATE else None
     return matmul.MatmulSpec(k=int(w.shape[1]), n=int(w.shape[0]), prologue=prologue,
                              eps=eps or 1e-6, streams=int(x.shape[1]) if x.rank == 3 else 1,
                              epilogue=epilogue, limit=getattr(at, "limit", None), hc=hc,

@@ -40,9 +40,17 @@ def _block(spec: KDAGateSpec) -> int:
     return min(BLOCK, triton.next_power_of_2(spec.width))
 
 
-def gate_lines(spec: KDAGateSpec, x: str = "x", rate: str = "rate") -> list[str]:
-    """Lines that set g from the biased input `x` and the per-column head rate `rate` (fp32;
-    also the epilogue of f_b's GEMM, `emitters.matmul`)."""
+def gate_lines(spec: KDAGateSpec, f: str, cols: str, mask: str) -> list[str]:
+    """Lines that set g (fp32) from f (fp32) at columns `cols` (valid where `mask`), reading
+    bias_ptr (dt_bias) and alog_ptr (A_log, a head's rate exp(A_log)): this row kernel's body
+    and the epilogue of f_b's GEMM (`emitters.matmul`)."""
+    x, rate = "xg", "rate"
+    return [f"{x} = {f} + tl.load(bias_ptr + {cols}, mask={mask}, other=0.0).to(tl.float32)",
+            f"{rate} = tl.exp(tl.load(alog_ptr + {cols} // {spec.head_dim}, mask={mask}, "
+            "other=0.0).to(tl.float32))"] + _gate_of(spec, x, rate)
+
+
+def _gate_of(spec: KDAGateSpec, x: str, rate: str) -> list[str]:
     if spec.lower_bound is not None:
         return [f"g = {float(spec.lower_bound)!r} * tl.sigmoid({rate} * {x})"]
     return [f"e = tl.exp(tl.minimum({x}, {SOFTPLUS_LINEAR!r}))",
@@ -52,8 +60,8 @@ def gate_lines(spec: KDAGateSpec, x: str = "x", rate: str = "rate") -> list[str]
             f"g = -{rate} * tl.where({x} > {SOFTPLUS_LINEAR!r}, {x}, log1p)"]
 
 
-def _gate(spec: KDAGateSpec) -> str:
-    return "".join(f"    {line}\n" for line in gate_lines(spec))
+def _body(spec: KDAGateSpec) -> str:
+    return "".join(f"    {line}\n" for line in gate_lines(spec, "f", "c", "cm"))
 
 
 def source(name: str, spec: KDAGateSpec, header: str = "") -> str:
@@ -63,14 +71,12 @@ import triton.language as tl
 
 @triton.jit
 def {name}(f_ptr, bias_ptr, alog_ptr, g_ptr, sf, sg, W: tl.constexpr = {spec.width},
-        D: tl.constexpr = {spec.head_dim}, BLOCK: tl.constexpr = {_block(spec)}):
+        BLOCK: tl.constexpr = {_block(spec)}):
 {pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     cm = c < W
     f = tl.load(f_ptr + r * sf + c, mask=cm, other=0.0).to(tl.float32)
-    x = f + tl.load(bias_ptr + c, mask=cm, other=0.0).to(tl.float32)
-    rate = tl.exp(tl.load(alog_ptr + c // D, mask=cm, other=0.0).to(tl.float32))
-{_gate(spec)}    tl.store(g_ptr + r * sg + c, g.to(g_ptr.dtype.element_ty), mask=cm)
+{_body(spec)}    tl.store(g_ptr + r * sg + c, g.to(g_ptr.dtype.element_ty), mask=cm)
 '''
 
 

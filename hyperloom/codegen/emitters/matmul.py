@@ -144,7 +144,7 @@ def _params(spec: MatmulSpec) -> list[str]:
     if spec.epilogue == "hc_post":
         names += ["post_ptr", "comb_ptr"]
     if spec.epilogue == "kda_gate":
-        names += ["dt_ptr", "alog_ptr"]
+        names += ["bias_ptr", "alog_ptr"]
     names += ["rows", "sx_t", "so_t"]
     if spec.epilogue == "hc_post":
         names.append("so_h")
@@ -272,18 +272,12 @@ def _epilogue(spec: MatmulSpec) -> list[str]:
                       f"acc_u = tl.minimum(tl.maximum(acc_u, {-float(lim)!r}), {float(lim)!r})"]
         return lines + [f"h = {g} * tl.sigmoid({g}) * {u}", store.format("h")]
     if spec.epilogue == "kda_gate":
-        return lines + _kda_gate(spec.gate) + [store.format("g")]
+        return lines + kda_gate.gate_lines(spec.gate, "acc", "rn", "n_ok") + [store.format("g")]
     lines.append("s_rows = stream_ptr + rm64[:, None] * sst_t")
     if spec.epilogue == "residual":
         return lines + ["r = tl.load(s_rows + rn[None, :], mask=o_ok, other=0.0)",
                         store.format("(r + acc)")]
     return lines + _hc_post(spec)
-
-
-def _kda_gate(gate: kda_gate.KDAGateSpec) -> list[str]:
-    return ["xg = acc + tl.load(dt_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]",
-            f"rate = tl.exp(tl.load(alog_ptr + rn // {gate.head_dim}, mask=n_ok, "
-            "other=0.0).to(tl.float32))[None, :]"] + kda_gate.gate_lines(gate, "xg", "rate")
 
 
 EPI_LEVELS = 3  # tensor-core tiles: the hc_post epilogue walks 2**EPI_LEVELS column chunks
@@ -539,7 +533,7 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
     epilogue's dt_bias and A_log."""
     t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
-             "comb_ptr": comb, "dt_ptr": dt, "alog_ptr": alog, "rows": rows,
+             "comb_ptr": comb, "bias_ptr": dt, "alog_ptr": alog, "rows": rows,
              **_strides(spec, x, out, stream, post, comb)}
     grid = (triton.cdiv(rows, t.block_m) * triton.cdiv(spec.n_out, t.block_n),)
     extra = {}
