@@ -271,6 +271,19 @@ def test_segmented_select_of_rows_with_few_pools_visible() -> None:
         assert (out[r, 4 * k:] == -1).all()
 
 
+def test_select_of_equal_scores_takes_the_lowest_pools() -> None:
+    """Every score equal (all candidates: the K-th key's bin holds the whole row), and a row
+    whose candidates fill several blocks: both as a stable top-k."""
+    spec = DSASpec(4, 16, 64, 4, False)
+    n = 5000
+    scores = torch.full((2, n), 0.25)
+    scores[1, ::3] = 0.5  # 1667 candidates above the rest
+    out = run_select(spec, scores, torch.tensor([4 * n - 1] * 2))
+    for r in range(2):
+        want = torch.tensor(stable_topk(scores[r], 16), dtype=torch.int32)
+        assert torch.equal(out[r].view(16, 4)[:, 0] // 4, want), f"row {r}"
+
+
 # -- indexer + attention --------------------------------------------------------------------
 def test_prompt_shorter_than_topk_is_dense() -> None:
     h = Harness(*specs(topk=16), slots=2, capacity=32, seed=1)
@@ -287,6 +300,23 @@ def test_long_prompt_in_chunks_then_decode_across_a_pool_boundary(block_size: in
     chunks(h, 1, 0, [13, 32])
     for p in range(45, 50):
         h.step([1], [p])
+
+
+@pytest.mark.parametrize("block_size", [0, 16])
+def test_segmented_select_counted_by_the_score_kernel(block_size: int, monkeypatch) -> None:
+    """Caches of 16 pools select in segments of 4 (SMALL_POOLS 4): the score kernel counts the
+    histogram as it scores, the selection clears it; prompts in chunks, then decode steps of
+    two sequences and a padding row."""
+    monkeypatch.setattr(dsa_emitter, "SMALL_POOLS", 4)
+    monkeypatch.setattr(dsa_emitter, "SEG", 4)
+    h = Harness(*specs(block_size=block_size), slots=2, capacity=64, seed=10)
+    chunks(h, 1, 0, [13, 32])
+    chunks(h, 0, 0, [30])
+    for p in range(45, 48):
+        b = h.buffers([1, 0, -1], [p, p - 15, 0])
+        h.launch(b)
+        assert (b["scores"].hist == 0).all(), "the histogram is left for the next step"
+        h.step([1, 0, -1], [p, p - 15, 0])
 
 
 def test_prompt_ending_on_a_pool_boundary_without_tail_select() -> None:
@@ -372,11 +402,12 @@ def glm_specs(block_size: int = 0) -> tuple[DSASpec, MLASpec]:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_size", [0, 64])
-def test_gpu_bf16_glm_sizes(block_size: int) -> None:
+@pytest.mark.parametrize("block_size, capacity", [(0, 8192), (64, 8192), (64, 16384)])
+def test_gpu_bf16_glm_sizes(block_size: int, capacity: int) -> None:
     """A 6000-token prompt in chunks of 1024 (sparse: 1500 pools, 512 chosen), then a decode
-    step of 4 sequences; selections as sets up to bf16 near-ties, attention relative error."""
-    h = Harness(*glm_specs(block_size), slots=4, capacity=8192, device="cuda",
+    step of 4 sequences; selections as sets up to bf16 near-ties, attention relative error.
+    Capacity 16384 (4096 pools) selects in segments, from the score kernel's histogram."""
+    h = Harness(*glm_specs(block_size), slots=4, capacity=capacity, device="cuda",
                 act=torch.bfloat16, seed=7)
     sizes = [1024] * 5 + [880]
     chunks(h, 0, 0, sizes)

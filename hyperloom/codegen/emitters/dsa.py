@@ -18,11 +18,13 @@ bits) finds the K-th largest score; pools above it are taken, ties at it lowest 
 expand to P token ids each, in pool order (the reference orders them by score; the set is
 the same), then -1 up to column topk, then the visible tokens of the incomplete tail pool.
 
-{name}_digits, {name}_write, grid (rows, segments of SEG pools): the same selection for caches of
-more than SMALL_POOLS pools, spread over a row's segments. Five launches of `digits` (PASS 0-4):
-each finishes the previous digit from every segment's histogram (PASS >= 1), then histograms its
-segment's next digit (PASS <= 3) or counts its keys above and at the K-th (PASS 4); `write`
-places each segment's pools after those of the earlier segments.
+Caches of more than SMALL_POOLS pools select in segments of SEG pools, in two launches after a
+histogram of each row's top TOP key bits (counted by the score kernel as it writes the scores,
+or by {name}_hist): {name}_cands, grid (rows, segments), finds the bin of the K-th key, counts
+its segment's keys above that bin and appends those in it (the candidates) to the row's list;
+{name}_write, grid (rows, segments), finds the K-th key among the candidates (3 more 8-bit
+passes), places its segment's pools after those of the earlier segments and clears the row's
+histogram for the next step.
 
 Paged (spec.block_size = B > 0): keys is a block pool [num_blocks, B, 2d] behind a block table
 (`paging`); the pooled keys (one row per pool, 1/(2P) of the keys) stay one block per slot.
@@ -45,7 +47,8 @@ BP = 64  # pools per score program
 # iteration (on the H200 8.4 us at 1024 pools); larger ones in segments of SEG pools, one
 # program each (one program a row took 115.6 us at 32768 pools, 31.4 at 8192: BENCHMARKS)
 SMALL_BLOCK, SMALL_POOLS, SEG = 1024, 2048, 1024
-GB = 16  # segments' histograms or counts summed per load
+TOP = 12  # key bits of the segmented select's first histogram (one bin: 1/8 of an octave)
+GB = 32  # segments' counts summed per load
 WARPS, SELECT_WARPS = 4, 8  # a row's selection is one program: give it more threads
 
 
@@ -67,9 +70,10 @@ class DSASpec:
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
-    """(cache write + pool keys, pool scores, top-k selection in one program a row, the
-    segmented selection's passes and its write) defined by source(name, ...)."""
-    return f"{name}_pool", f"{name}_score", name, f"{name}_digits", f"{name}_write"
+    """(cache write + pool keys, pool scores, top-k selection in one program a row, and the
+    segmented selection's histogram, candidates and write) defined by source(name, ...)."""
+    return (f"{name}_pool", f"{name}_score", name, f"{name}_hist", f"{name}_cands",
+            f"{name}_write")
 
 
 def segments(pools: int) -> int:
@@ -79,7 +83,7 @@ def segments(pools: int) -> int:
 
 def launches(pools: int) -> int:
     """Kernel launches of an indexer step over a cache of `pools` pools."""
-    return 8 if segments(pools) else 3  # pool, score, then 5 passes + write, or one select
+    return 4 if segments(pools) else 3  # pool, score (+ histogram), then cands + write, or one
 
 
 def _pool_source(name: str, spec: DSASpec) -> str:
@@ -144,13 +148,16 @@ def _score_source(name: str, spec: DSASpec) -> str:
     up = ".to(tl.float32)" if CONFIG.interpret else ""  # the interpreter's low-precision dots
     return f'''
 @triton.jit
-def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, sq, sw, pc_s0, pc_s1, ssc, npools,
-        H: tl.constexpr = {spec.heads}, HP: tl.constexpr = {_p2(spec.heads)},
+def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, cnt_ptr, sq, sw, pc_s0,
+        pc_s1, ssc, npools, count, H: tl.constexpr = {spec.heads},
+        HP: tl.constexpr = {_p2(spec.heads)},
         D: tl.constexpr = {spec.head_dim}, DP: tl.constexpr = {_p2(spec.head_dim)},
         P: tl.constexpr = {spec.kpool}, BP: tl.constexpr = {BP},
         SCALE: tl.constexpr = {spec.head_dim ** -0.5!r},
-        WSCALE: tl.constexpr = {spec.heads ** -0.5!r}):
+        WSCALE: tl.constexpr = {spec.heads ** -0.5!r}, NB: tl.constexpr = {1 << TOP}):
     r = tl.program_id(0).to(tl.int64)
+    if (count != 0) & (tl.program_id(1) == 0):
+        tl.store(cnt_ptr + r, 0)  # the row's candidates, appended by the segmented select
     s = tl.load(slot_ptr + r).to(tl.int64)
     n = tl.minimum((tl.load(pos_ptr + r) + 1) // P, npools)  # visible pools
     j = tl.program_id(1) * BP + tl.arange(0, BP)
@@ -170,6 +177,8 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, sq, sw, pc_s0, pc_s
     sc = tl.sum(w[:, None] * tl.maximum(logits * SCALE, 0.0), axis=0)
     sc = tl.where(sc == 0.0, 0.0, sc)  # -0.0 ties +0.0, as in torch.topk
     tl.store(sc_ptr + r * ssc + j, sc, mask=jm)
+    if count != 0:  # the segmented select's first histogram
+        _count(hist_ptr + r * NB, sc, jm, NB)
 '''
 
 
@@ -182,11 +191,29 @@ def _ordered(x):
 
 
 @triton.jit
-def _histogram(row_ptr, n, prefix, shift: tl.constexpr, BLOCK: tl.constexpr):
-    \"\"\"Counts of the 8-bit digit at `shift` of the keys whose higher digits equal prefix's.\"\"\"
+def _count(hist_row, x, m, NB: tl.constexpr):
+    \"\"\"Adds the scores x[m], by their keys' top bits, into a row's histogram [NB].\"\"\"
+    top = (_ordered(x) >> (32 - {top})).to(tl.int32)
+    h = tl.histogram(top, NB, mask=m)
+    tl.atomic_add(hist_row + tl.arange(0, NB), h, mask=h > 0, sem="relaxed")
+
+
+@triton.jit
+def _keys(row_ptr, idx_ptr, j, m, GATHER: tl.constexpr):
+    \"\"\"Keys of row[j] (GATHER: of row[idx[j]]) where m.\"\"\"
+    if GATHER:
+        j = tl.load(idx_ptr + j, mask=m, other=0)
+    return _ordered(tl.load(row_ptr + j, mask=m, other=0.0))
+
+
+@triton.jit
+def _histogram(row_ptr, idx_ptr, n, prefix, shift: tl.constexpr, BLOCK: tl.constexpr,
+               GATHER: tl.constexpr):
+    \"\"\"Counts of the 8-bit digit at `shift` of the n keys (see _keys) whose higher digits
+    equal prefix's.\"\"\"
     hist = tl.zeros((256,), tl.int32)
 {keys_head}        j = start + tl.arange(0, BLOCK)
-        u = _ordered(tl.load(row_ptr + j, mask=j < n, other=0.0))
+        u = _keys(row_ptr, idx_ptr, j, j < n, GATHER)
         match = (j < n) & ((u >> (shift + 8)) == (prefix >> (shift + 8)))
         hist += tl.histogram(((u >> shift) & 255).to(tl.int32), 256, mask=match)
 {keys_tail}    return hist
@@ -210,31 +237,44 @@ def _kth_key(row_ptr, n, k, BLOCK: tl.constexpr):
     prefix = n.to(tl.int64) * 0
     need = k
     for i in tl.static_range(4):  # digits at bits 24, 16, 8, 0
-        hist = _histogram(row_ptr, n, prefix, 24 - 8 * i, BLOCK)
+        hist = _histogram(row_ptr, row_ptr, n, prefix, 24 - 8 * i, BLOCK, False)
         prefix, need = _pick(hist, prefix, need, 24 - 8 * i)
     return prefix, need
 
 
 @triton.jit
-def _summed(part_ptr, segs, GB: tl.constexpr):
-    \"\"\"The sum of the first `segs` rows of histograms part [segments, 256].\"\"\"
-    bins = tl.arange(0, 256)
-    hist = tl.zeros((256,), tl.int32)
-{sum_head}        g = g0 + tl.arange(0, GB)
-        hist += tl.sum(tl.load(part_ptr + g[:, None] * 256 + bins[None, :],
-                               mask=(g < segs)[:, None], other=0), axis=0)
-{sum_tail}    return hist
+def _kth_candidate(row_ptr, cand_ptr, nc, top, need, BLOCK: tl.constexpr):
+    \"\"\"(key, take) as _kth_key gives them, from the nc candidates row[cand[:nc]]: the keys
+    in bin `top` of the top-bits histogram, of which the need-th largest is the K-th key.\"\"\"
+    prefix = (top >> ({top} - 8)).to(tl.int64) << 24  # the bin's bits below 24 return in pass 1
+    for i in tl.static_range(3):  # digits at bits 16, 8, 0
+        hist = _histogram(row_ptr, cand_ptr, nc, prefix, 16 - 8 * i, BLOCK, True)
+        prefix, need = _pick(hist, prefix, need, 16 - 8 * i)
+    return prefix, need
+
+
+@triton.jit
+def _before(row_ptr, cand_ptr, nc, thr, start, BLOCK: tl.constexpr):
+    \"\"\"(above, at): the candidates among pools before `start` with keys above thr, at thr.\"\"\"
+    above = nc * 0
+    at = nc * 0
+{cand_head}        j = c0 + tl.arange(0, BLOCK)
+        m = j < nc
+        i = tl.load(cand_ptr + j, mask=m, other=0)
+        u = _ordered(tl.load(row_ptr + i, mask=m, other=0.0))
+        early = m & (i < start)
+        above += tl.sum((early & (u > thr)).to(tl.int32), axis=0)
+        at += tl.sum((early & (u == thr)).to(tl.int32), axis=0)
+{cand_tail}    return above, at
 
 
 @triton.jit
 def _earlier(cnt_ptr, g, GB: tl.constexpr):
-    \"\"\"(above, at): the counts [segments, 2] summed over the segments before g.\"\"\"
-    above = g * 0
-    at = g * 0
+    \"\"\"The counts [segments] summed over the segments before g.\"\"\"
+    total = g * 0
 {early_head}        i = g0 + tl.arange(0, GB)
-        above += tl.sum(tl.load(cnt_ptr + i * 2, mask=i < g, other=0), axis=0)
-        at += tl.sum(tl.load(cnt_ptr + i * 2 + 1, mask=i < g, other=0), axis=0)
-{early_tail}    return above, at
+        total += tl.sum(tl.load(cnt_ptr + i, mask=i < g, other=0), axis=0)
+{early_tail}    return total
 
 
 @triton.jit
@@ -273,9 +313,9 @@ def _finish(out, done, s, p, P: tl.constexpr, PP: tl.constexpr, TOPK: tl.constex
 
 
 def _keys_source() -> str:
-    loops = {"keys": ("start", "0", "n", "BLOCK"), "sum": ("g0", "0", "segs", "GB"),
+    loops = {"keys": ("start", "0", "n", "BLOCK"), "cand": ("c0", "0", "nc", "BLOCK"),
              "early": ("g0", "0", "g", "GB"), "emit": ("j0", "start", "stop", "BLOCK")}
-    parts = {}
+    parts = {"top": TOP}
     for key, (var, lo, hi, step) in loops.items():
         parts[f"{key}_head"], parts[f"{key}_tail"] = runtime_loop(var, lo, hi, step, " " * 4)
     return _KEYS.format(**parts)
@@ -287,7 +327,8 @@ def _select_source(name: str, spec: DSASpec) -> str:
               f"PP: tl.constexpr = {pp}, TOPK: tl.constexpr = {spec.topk},\n        "
               f"TAIL: tl.constexpr = {spec.select_tail and p > 1}, "
               f"FILL: tl.constexpr = {min(1024, triton.next_power_of_2(spec.topk))}, "
-              f"SEG: tl.constexpr = {SEG}")
+              f"SEG: tl.constexpr = {SEG}, TOP: tl.constexpr = {TOP}, "
+              f"NB: tl.constexpr = {1 << TOP}")
     visible = '''    r = tl.program_id(0).to(tl.int64)
     s = tl.load(slot_ptr + r)
     p = tl.load(pos_ptr + r)
@@ -307,56 +348,59 @@ def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, BLOCK: tl.conste
 
 
 @triton.jit
-def {name}_digits(sc_ptr, slot_ptr, pos_ptr, part_ptr, state_ptr, cnt_ptr, ssc, npools,
-        rows_cap, segs_cap, PASS: tl.constexpr, GB: tl.constexpr, {consts}):
+def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, cnt_ptr, ssc, npools, {consts}):
 {visible}    g = tl.program_id(1)
-    segs = (n + SEG - 1) // SEG
-    if (n > K) & (g < segs):
-        st = state_ptr + (r * 5 + PASS) * 2  # (prefix, need) of this pass, by segment 0
-        if PASS == 0:
-            prefix = n.to(tl.int64) * 0
-            need = n * 0 + K
-        else:  # the previous pass's digit, from every segment's histogram
-            prev = part_ptr + (((PASS - 1) % 2) * rows_cap + r) * segs_cap * 256
-            prefix, need = _pick(_summed(prev, segs, GB), tl.load(st - 2),
-                                 tl.load(st - 1).to(tl.int32), 32 - 8 * PASS)
-        if g == 0:
-            tl.store(st, prefix)
-            tl.store(st + 1, need.to(tl.int64))
-        seg = sc_ptr + r * ssc + g * SEG
-        m = tl.minimum(n - g * SEG, SEG)
-        if PASS < 4:
-            hist = _histogram(seg, m, prefix, 24 - 8 * PASS, SEG)
-            part = part_ptr + ((PASS % 2) * rows_cap + r) * segs_cap * 256 + g * 256
-            tl.store(part + tl.arange(0, 256), hist)
-        else:  # prefix is the K-th key: this segment's keys above it and at it
-            j = tl.arange(0, SEG)
-            u = _ordered(tl.load(seg + j, mask=j < m, other=0.0))
-            cnt = cnt_ptr + (r * segs_cap + g) * 2
-            tl.store(cnt, tl.sum(((j < m) & (u > prefix)).to(tl.int32), axis=0))
-            tl.store(cnt + 1, tl.sum(((j < m) & (u == prefix)).to(tl.int32), axis=0))
+    if g == 0:
+        tl.store(cnt_ptr + r, 0)
+    j = g * SEG + tl.arange(0, SEG)
+    _count(hist_ptr + r * NB, tl.load(sc_ptr + r * ssc + j, mask=j < n, other=0.0), j < n, NB)
 
 
 @triton.jit
-def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, state_ptr, cnt_ptr, ssc, so, npools,
-        segs_cap, GB: tl.constexpr, {consts}):
+def {name}_cands(sc_ptr, slot_ptr, pos_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr, cand_ptr,
+        ssc, scand, npools, segs_cap, {consts}):
+{visible}    g = tl.program_id(1)
+    if (n > K) & (g * SEG < n):
+        bins = tl.arange(0, NB)
+        hist = tl.load(hist_ptr + r * NB + bins)
+        at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
+        top = tl.max(tl.where(at_or_above >= K, bins, 0), axis=0)  # the K-th key's bin
+        if g == 0:
+            tl.store(state_ptr + r * 2, top)
+            tl.store(state_ptr + r * 2 + 1, K - tl.sum(tl.where(bins > top, hist, 0), axis=0))
+        j = g * SEG + tl.arange(0, SEG)
+        jm = j < n
+        u = (_ordered(tl.load(sc_ptr + r * ssc + j, mask=jm, other=0.0)) >> (32 - TOP))
+        tl.store(sure_ptr + r * segs_cap + g, tl.sum((jm & (u > top)).to(tl.int32), axis=0))
+        cand = (jm & (u == top)).to(tl.int32)
+        at = tl.atomic_add(cnt_ptr + r, tl.sum(cand, axis=0)) + tl.cumsum(cand, axis=0) - 1
+        tl.store(cand_ptr + r * scand + at, j, mask=cand > 0)
+
+
+@triton.jit
+def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr,
+        cand_ptr, ssc, so, scand, npools, segs_cap, GB: tl.constexpr, {consts}):
 {visible}    g = tl.program_id(1)
     segs = (n + SEG - 1) // SEG
     thr = n.to(tl.int64) * 0 - 1  # dense: every pool, those before this segment included
     take = n * 0
     done = g * SEG
     ties = n * 0
-    if n > K:
-        st = state_ptr + (r * 5 + 4) * 2
-        thr = tl.load(st)
-        take = tl.load(st + 1).to(tl.int32)
-        above, ties = _earlier(cnt_ptr + r * segs_cap * 2, g, GB)
-        done = above + tl.minimum(ties, take)
+    if (n > K) & (g < segs):
+        row = sc_ptr + r * ssc
+        cands = cand_ptr + r * scand
+        nc = tl.load(cnt_ptr + r)
+        thr, take = _kth_candidate(row, cands, nc, tl.load(state_ptr + r * 2),
+                                   tl.load(state_ptr + r * 2 + 1), SEG)
+        above, ties = _before(row, cands, nc, thr, g * SEG, SEG)
+        done = _earlier(sure_ptr + r * segs_cap, g, GB) + above + tl.minimum(ties, take)
     if g < segs:
         _emit(sc_ptr + r * ssc, out_ptr + r * so, g * SEG, tl.minimum(n, (g + 1) * SEG), thr,
               take, done, ties, P, PP, SEG)
     if g == 0:
         _finish(out_ptr + r * so, tl.minimum(n, K), s, p, P, PP, TOPK, TAIL, FILL)
+        for b0 in tl.static_range(0, NB, SEG):  # the histogram, cleared for the next step
+            tl.store(hist_ptr + r * NB + b0 + tl.arange(0, SEG), tl.zeros((SEG,), tl.int32))
 '''
 
 
@@ -389,49 +433,58 @@ def check(spec: DSASpec, keys: torch.Tensor, pooled: torch.Tensor,
 @dataclass(frozen=True)
 class Work:
     """Scratch of up to max_rows rows: pool scores fp32 [rows, S // P]; for the segmented
-    select, two generations of segment histograms int32 [2, rows, segments, 256], each pass's
-    (prefix, need) int64 [rows, 5, 2] and each segment's (above, at) counts int32 [rows,
-    segments, 2]."""
+    select (else one element each), the top-bits histograms int32 [rows, 2^TOP] (zero between
+    steps), the K-th key's bin and how many keys in it the top k hold int32 [rows, 2], each
+    segment's keys above that bin int32 [rows, segments], and the candidates' count [rows] and
+    pools int32 [rows, S // P]."""
     scores: torch.Tensor
-    part: torch.Tensor
+    hist: torch.Tensor
     state: torch.Tensor
+    sure: torch.Tensor
     counts: torch.Tensor
+    cands: torch.Tensor
 
 
 def scratch(max_rows: int, pooled: torch.Tensor) -> Work:
     """Allocate once, outside captured launches; serves every indexer of this capacity."""
     pools, dev = max(1, pooled.shape[1]), pooled.device
-    segs = max(1, segments(pools))
+    segs = segments(pools)
+    rows = max_rows if segs else 1
     i32 = dict(dtype=torch.int32, device=dev)
     return Work(torch.empty((max_rows, pools), dtype=torch.float32, device=dev),
-                torch.empty((2, max_rows, segs, 256), **i32),
-                torch.empty((max_rows, 5, 2), dtype=torch.int64, device=dev),
-                torch.empty((max_rows, segs, 2), **i32))
+                torch.zeros((rows, 1 << TOP if segs else 1), **i32),
+                torch.empty((rows, 2), **i32), torch.empty((rows, max(1, segs)), **i32),
+                torch.empty((rows,), **i32), torch.empty((rows, pools if segs else 1), **i32))
 
 
 def select(kernels, spec: DSASpec, *, work: Work, slot: torch.Tensor, pos: torch.Tensor,
-           out: torch.Tensor, rows: int, pools: int) -> None:
+           out: torch.Tensor, rows: int, pools: int, counted: bool = False) -> None:
     """Top-k of work.scores[:rows, :visible pools] (at most `pools`) into out [rows, width];
-    kernels: the three selection kernels of kernel_names, loaded."""
+    kernels: the four selection kernels of kernel_names, loaded; counted: the score kernel
+    has filled work.hist already (else the hist kernel does)."""
     _need(out.dtype == torch.int32 and out.shape[1] == spec.width and out.stride(1) == 1,
           f"DSA index: int32 [rows, {spec.width}], got {out.dtype} {tuple(out.shape)}")
     sc = work.scores
     _need(sc.shape[0] >= rows and sc.shape[1] >= pools and sc.stride(1) == 1,
           "DSA score scratch does not fit")
-    one, digits, write = kernels
+    one, hist, cands, write = kernels
     segs = segments(pools)  # fixed by the cache capacity: a captured launch stays valid
     if not segs:
         one[(rows,)](sc, slot, pos, out, sc.stride(0), out.stride(0), pools,
                      BLOCK=SMALL_BLOCK, num_warps=SELECT_WARPS)
         return
-    _need(work.part.shape[1] >= rows and work.part.shape[2] >= segs,
+    _need(work.hist.shape == (work.sure.shape[0], 1 << TOP) and work.sure.shape[0] >= rows
+          and work.sure.shape[1] >= segs and work.cands.shape[1] >= pools,
           "DSA selection scratch does not fit")
-    cap = work.part.shape[2]
-    for i in range(5):
-        digits[(rows, segs)](sc, slot, pos, work.part, work.state, work.counts, sc.stride(0),
-                             pools, work.part.shape[1], cap, PASS=i, GB=GB, num_warps=WARPS)
-    write[(rows, segs)](sc, slot, pos, out, work.state, work.counts, sc.stride(0),
-                        out.stride(0), pools, cap, GB=GB, num_warps=WARPS)
+    w, cap = work, work.sure.shape[1]
+    if not counted:
+        hist[(rows, segs)](sc, slot, pos, w.hist, w.counts, sc.stride(0), pools,
+                           num_warps=WARPS)
+    cands[(rows, segs)](sc, slot, pos, w.hist, w.state, w.sure, w.counts, w.cands, sc.stride(0),
+                        w.cands.stride(0), pools, cap, num_warps=WARPS)
+    write[(rows, segs)](sc, slot, pos, out, w.hist, w.state, w.sure, w.counts, w.cands,
+                        sc.stride(0), out.stride(0), w.cands.stride(0), pools, cap, GB=GB,
+                        num_warps=WARPS)
 
 
 def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: torch.Tensor,
@@ -452,7 +505,10 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
     pool[(rows,)](ki, gate, ape, slot, pos, keys, pooled, ki.stride(0), gate.stride(0),
                   keys.stride(0), keys.stride(1), pooled.stride(0), pooled.stride(1), capacity,
                   *table, num_warps=WARPS)
+    count = segments(pools) > 0  # the segmented select's histogram, as the scores are written
     score[(rows, triton.cdiv(max(1, pools), BP))](
-        qi, w, slot, pos, pooled, work.scores, qi.stride(0), w.stride(0), pooled.stride(0),
-        pooled.stride(1), work.scores.stride(0), pools, num_warps=WARPS)
-    select(top, spec, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools)
+        qi, w, slot, pos, pooled, work.scores, work.hist, work.counts, qi.stride(0), w.stride(0),
+        pooled.stride(0), pooled.stride(1), work.scores.stride(0), pools, int(count),
+        num_warps=WARPS)
+    select(top, spec, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools,
+           counted=True)
