@@ -305,8 +305,8 @@ def test_long_prompt_in_chunks_then_decode_across_a_pool_boundary(block_size: in
 @pytest.mark.parametrize("block_size", [0, 16])
 def test_segmented_select_counted_by_the_score_kernel(block_size: int, monkeypatch) -> None:
     """Caches of 16 pools select in segments of 4 (SMALL_POOLS 4): the score kernel counts the
-    histogram as it scores, the selection clears it; prompts in chunks, then decode steps of
-    two sequences and a padding row."""
+    histogram as it scores, the selection clears it and its counters; prompts in chunks, then
+    decode steps of two sequences and a padding row."""
     monkeypatch.setattr(dsa_emitter, "SMALL_POOLS", 4)
     monkeypatch.setattr(dsa_emitter, "SEG", 4)
     h = Harness(*specs(block_size=block_size), slots=2, capacity=64, seed=10)
@@ -315,7 +315,8 @@ def test_segmented_select_counted_by_the_score_kernel(block_size: int, monkeypat
     for p in range(45, 48):
         b = h.buffers([1, 0, -1], [p, p - 15, 0])
         h.launch(b)
-        assert (b["scores"].hist == 0).all(), "the histogram is left for the next step"
+        work = b["scores"]
+        assert (work.hist == 0).all() and (work.counts == 0).all(), "scratch left dirty"
         h.step([1, 0, -1], [p, p - 15, 0])
 
 

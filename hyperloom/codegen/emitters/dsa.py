@@ -20,11 +20,11 @@ the same), then -1 up to column topk, then the visible tokens of the incomplete 
 
 Caches of more than SMALL_POOLS pools select in segments of SEG pools, in two launches after a
 histogram of each row's top TOP key bits (counted by the score kernel as it writes the scores,
-or by {name}_hist): {name}_cands, grid (rows, segments), finds the bin of the K-th key, counts
+or by {name}_hist). {name}_cands, grid (rows, segments): finds the bin of the K-th key, counts
 its segment's keys above that bin and appends those in it (the candidates) to the row's list;
-{name}_write, grid (rows, segments), finds the K-th key among the candidates (3 more 8-bit
-passes), places its segment's pools after those of the earlier segments and clears the row's
-histogram for the next step.
+the row's last program (by ticket) finds the K-th key among the candidates (3 more 8-bit
+passes) and clears the row's histogram and counters for the next step. {name}_write, grid
+(rows, segments): places its segment's pools after those of the earlier segments.
 
 Paged (spec.block_size = B > 0): keys is a block pool [num_blocks, B, 2d] behind a block table
 (`paging`); the pooled keys (one row per pool, 1/(2P) of the keys) stay one block per slot.
@@ -148,16 +148,13 @@ def _score_source(name: str, spec: DSASpec) -> str:
     up = ".to(tl.float32)" if CONFIG.interpret else ""  # the interpreter's low-precision dots
     return f'''
 @triton.jit
-def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, cnt_ptr, sq, sw, pc_s0,
-        pc_s1, ssc, npools, count, H: tl.constexpr = {spec.heads},
-        HP: tl.constexpr = {_p2(spec.heads)},
+def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, sq, sw, pc_s0, pc_s1,
+        ssc, npools, count, H: tl.constexpr = {spec.heads}, HP: tl.constexpr = {_p2(spec.heads)},
         D: tl.constexpr = {spec.head_dim}, DP: tl.constexpr = {_p2(spec.head_dim)},
         P: tl.constexpr = {spec.kpool}, BP: tl.constexpr = {BP},
         SCALE: tl.constexpr = {spec.head_dim ** -0.5!r},
         WSCALE: tl.constexpr = {spec.heads ** -0.5!r}, NB: tl.constexpr = {1 << TOP}):
     r = tl.program_id(0).to(tl.int64)
-    if (count != 0) & (tl.program_id(1) == 0):
-        tl.store(cnt_ptr + r, 0)  # the row's candidates, appended by the segmented select
     s = tl.load(slot_ptr + r).to(tl.int64)
     n = tl.minimum((tl.load(pos_ptr + r) + 1) // P, npools)  # visible pools
     j = tl.program_id(1) * BP + tl.arange(0, BP)
@@ -192,10 +189,10 @@ def _ordered(x):
 
 @triton.jit
 def _count(hist_row, x, m, NB: tl.constexpr):
-    \"\"\"Adds the scores x[m], by their keys' top bits, into a row's histogram [NB].\"\"\"
+    \"\"\"Adds the scores x[m], by their keys' top bits, into a row's histogram [NB] (an atomic
+    each: a local tl.histogram of 4096 bins first was 17x slower on the H200).\"\"\"
     top = (_ordered(x) >> (32 - {top})).to(tl.int32)
-    h = tl.histogram(top, NB, mask=m)
-    tl.atomic_add(hist_row + tl.arange(0, NB), h, mask=h > 0, sem="relaxed")
+    tl.atomic_add(hist_row + top, tl.full(top.shape, 1, tl.int32), mask=m, sem="relaxed")
 
 
 @triton.jit
@@ -247,9 +244,17 @@ def _kth_candidate(row_ptr, cand_ptr, nc, top, need, BLOCK: tl.constexpr):
     \"\"\"(key, take) as _kth_key gives them, from the nc candidates row[cand[:nc]]: the keys
     in bin `top` of the top-bits histogram, of which the need-th largest is the K-th key.\"\"\"
     prefix = (top >> ({top} - 8)).to(tl.int64) << 24  # the bin's bits below 24 return in pass 1
-    for i in tl.static_range(3):  # digits at bits 16, 8, 0
-        hist = _histogram(row_ptr, cand_ptr, nc, prefix, 16 - 8 * i, BLOCK, True)
-        prefix, need = _pick(hist, prefix, need, 16 - 8 * i)
+    if nc <= BLOCK:  # the usual case: the candidates' keys stay in registers
+        j = tl.arange(0, BLOCK)
+        u = _keys(row_ptr, cand_ptr, j, j < nc, True)
+        for i in tl.static_range(3):  # digits at bits 16, 8, 0
+            match = (j < nc) & ((u >> (24 - 8 * i)) == (prefix >> (24 - 8 * i)))
+            hist = tl.histogram(((u >> (16 - 8 * i)) & 255).to(tl.int32), 256, mask=match)
+            prefix, need = _pick(hist, prefix, need, 16 - 8 * i)
+    else:
+        for i in tl.static_range(3):
+            hist = _histogram(row_ptr, cand_ptr, nc, prefix, 16 - 8 * i, BLOCK, True)
+            prefix, need = _pick(hist, prefix, need, 16 - 8 * i)
     return prefix, need
 
 
@@ -348,38 +353,51 @@ def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, BLOCK: tl.conste
 
 
 @triton.jit
-def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, cnt_ptr, ssc, npools, {consts}):
+def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, ssc, npools, {consts}):
 {visible}    g = tl.program_id(1)
-    if g == 0:
-        tl.store(cnt_ptr + r, 0)
     j = g * SEG + tl.arange(0, SEG)
     _count(hist_ptr + r * NB, tl.load(sc_ptr + r * ssc + j, mask=j < n, other=0.0), j < n, NB)
 
 
 @triton.jit
 def {name}_cands(sc_ptr, slot_ptr, pos_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr, cand_ptr,
-        ssc, scand, npools, segs_cap, {consts}):
+        ssc, scand, npools, rows_cap, segs_cap, {consts}):
 {visible}    g = tl.program_id(1)
-    if (n > K) & (g * SEG < n):
+    if g * SEG < n:
         bins = tl.arange(0, NB)
         hist = tl.load(hist_ptr + r * NB + bins)
         at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
         top = tl.max(tl.where(at_or_above >= K, bins, 0), axis=0)  # the K-th key's bin
-        if g == 0:
-            tl.store(state_ptr + r * 2, top)
-            tl.store(state_ptr + r * 2 + 1, K - tl.sum(tl.where(bins > top, hist, 0), axis=0))
-        j = g * SEG + tl.arange(0, SEG)
-        jm = j < n
-        u = (_ordered(tl.load(sc_ptr + r * ssc + j, mask=jm, other=0.0)) >> (32 - TOP))
-        tl.store(sure_ptr + r * segs_cap + g, tl.sum((jm & (u > top)).to(tl.int32), axis=0))
-        cand = (jm & (u == top)).to(tl.int32)
-        at = tl.atomic_add(cnt_ptr + r, tl.sum(cand, axis=0)) + tl.cumsum(cand, axis=0) - 1
-        tl.store(cand_ptr + r * scand + at, j, mask=cand > 0)
+        if n > K:
+            j = g * SEG + tl.arange(0, SEG)
+            jm = j < n
+            u = _ordered(tl.load(sc_ptr + r * ssc + j, mask=jm, other=0.0)) >> (32 - TOP)
+            tl.store(sure_ptr + r * segs_cap + g, tl.sum((jm & (u > top)).to(tl.int32), axis=0))
+            cand = (jm & (u == top)).to(tl.int32)
+            at = tl.atomic_add(cnt_ptr + r, tl.sum(cand, axis=0)) + tl.cumsum(cand, axis=0) - 1
+            tl.store(cand_ptr + r * scand + at, j, mask=cand > 0)
+        # every thread's appends are written before the ticket; the row's last program finds
+        # the K-th key among the candidates and clears the row's scratch for the next step
+        tl.debug_barrier()
+        ticket = tl.atomic_add(cnt_ptr + rows_cap + r, 1, sem="acq_rel")
+        if ticket == (n + SEG - 1) // SEG - 1:
+            tl.debug_barrier()
+            if n > K:
+                nc = tl.atomic_add(cnt_ptr + r, 0)
+                thr, take = _kth_candidate(sc_ptr + r * ssc, cand_ptr + r * scand, nc, top,
+                                           K - tl.sum(tl.where(bins > top, hist, 0), axis=0),
+                                           SEG)
+                tl.store(state_ptr + r * 3, thr)
+                tl.store(state_ptr + r * 3 + 1, take.to(tl.int64))
+                tl.store(state_ptr + r * 3 + 2, nc.to(tl.int64))
+            tl.store(hist_ptr + r * NB + bins, tl.zeros((NB,), tl.int32))
+            tl.store(cnt_ptr + r, 0)
+            tl.store(cnt_ptr + rows_cap + r, 0)
 
 
 @triton.jit
-def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr,
-        cand_ptr, ssc, so, scand, npools, segs_cap, GB: tl.constexpr, {consts}):
+def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, state_ptr, sure_ptr, cand_ptr, ssc, so,
+        scand, npools, segs_cap, GB: tl.constexpr, {consts}):
 {visible}    g = tl.program_id(1)
     segs = (n + SEG - 1) // SEG
     thr = n.to(tl.int64) * 0 - 1  # dense: every pool, those before this segment included
@@ -387,20 +405,16 @@ def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, hist_ptr, state_ptr, sure_p
     done = g * SEG
     ties = n * 0
     if (n > K) & (g < segs):
-        row = sc_ptr + r * ssc
-        cands = cand_ptr + r * scand
-        nc = tl.load(cnt_ptr + r)
-        thr, take = _kth_candidate(row, cands, nc, tl.load(state_ptr + r * 2),
-                                   tl.load(state_ptr + r * 2 + 1), SEG)
-        above, ties = _before(row, cands, nc, thr, g * SEG, SEG)
+        thr = tl.load(state_ptr + r * 3)
+        take = tl.load(state_ptr + r * 3 + 1).to(tl.int32)
+        nc = tl.load(state_ptr + r * 3 + 2).to(tl.int32)
+        above, ties = _before(sc_ptr + r * ssc, cand_ptr + r * scand, nc, thr, g * SEG, SEG)
         done = _earlier(sure_ptr + r * segs_cap, g, GB) + above + tl.minimum(ties, take)
     if g < segs:
         _emit(sc_ptr + r * ssc, out_ptr + r * so, g * SEG, tl.minimum(n, (g + 1) * SEG), thr,
               take, done, ties, P, PP, SEG)
     if g == 0:
         _finish(out_ptr + r * so, tl.minimum(n, K), s, p, P, PP, TOPK, TAIL, FILL)
-        for b0 in tl.static_range(0, NB, SEG):  # the histogram, cleared for the next step
-            tl.store(hist_ptr + r * NB + b0 + tl.arange(0, SEG), tl.zeros((SEG,), tl.int32))
 '''
 
 
@@ -433,10 +447,11 @@ def check(spec: DSASpec, keys: torch.Tensor, pooled: torch.Tensor,
 @dataclass(frozen=True)
 class Work:
     """Scratch of up to max_rows rows: pool scores fp32 [rows, S // P]; for the segmented
-    select (else one element each), the top-bits histograms int32 [rows, 2^TOP] (zero between
-    steps), the K-th key's bin and how many keys in it the top k hold int32 [rows, 2], each
-    segment's keys above that bin int32 [rows, segments], and the candidates' count [rows] and
-    pools int32 [rows, S // P]."""
+    select (else one element each): the top-bits histograms int32 [rows, 2^TOP], the
+    candidates' counts and the tickets int32 [2, rows] (all three zero between steps), the K-th
+    key, how many keys at it the top k hold and the candidates' count int64 [rows, 3], each
+    segment's keys above the K-th key's bin int32 [rows, segments] and the candidates (pool
+    indices) int32 [rows, S // P]."""
     scores: torch.Tensor
     hist: torch.Tensor
     state: torch.Tensor
@@ -453,8 +468,9 @@ def scratch(max_rows: int, pooled: torch.Tensor) -> Work:
     i32 = dict(dtype=torch.int32, device=dev)
     return Work(torch.empty((max_rows, pools), dtype=torch.float32, device=dev),
                 torch.zeros((rows, 1 << TOP if segs else 1), **i32),
-                torch.empty((rows, 2), **i32), torch.empty((rows, max(1, segs)), **i32),
-                torch.empty((rows,), **i32), torch.empty((rows, pools if segs else 1), **i32))
+                torch.empty((rows, 3), dtype=torch.int64, device=dev),
+                torch.empty((rows, max(1, segs)), **i32), torch.zeros((2, rows), **i32),
+                torch.empty((rows, pools if segs else 1), **i32))
 
 
 def select(kernels, spec: DSASpec, *, work: Work, slot: torch.Tensor, pos: torch.Tensor,
@@ -478,13 +494,11 @@ def select(kernels, spec: DSASpec, *, work: Work, slot: torch.Tensor, pos: torch
           "DSA selection scratch does not fit")
     w, cap = work, work.sure.shape[1]
     if not counted:
-        hist[(rows, segs)](sc, slot, pos, w.hist, w.counts, sc.stride(0), pools,
-                           num_warps=WARPS)
+        hist[(rows, segs)](sc, slot, pos, w.hist, sc.stride(0), pools, num_warps=WARPS)
     cands[(rows, segs)](sc, slot, pos, w.hist, w.state, w.sure, w.counts, w.cands, sc.stride(0),
-                        w.cands.stride(0), pools, cap, num_warps=WARPS)
-    write[(rows, segs)](sc, slot, pos, out, w.hist, w.state, w.sure, w.counts, w.cands,
-                        sc.stride(0), out.stride(0), w.cands.stride(0), pools, cap, GB=GB,
-                        num_warps=WARPS)
+                        w.cands.stride(0), pools, w.counts.shape[1], cap, num_warps=WARPS)
+    write[(rows, segs)](sc, slot, pos, out, w.state, w.sure, w.cands, sc.stride(0),
+                        out.stride(0), w.cands.stride(0), pools, cap, GB=GB, num_warps=WARPS)
 
 
 def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: torch.Tensor,
@@ -507,7 +521,7 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
                   *table, num_warps=WARPS)
     count = segments(pools) > 0  # the segmented select's histogram, as the scores are written
     score[(rows, triton.cdiv(max(1, pools), BP))](
-        qi, w, slot, pos, pooled, work.scores, work.hist, work.counts, qi.stride(0), w.stride(0),
+        qi, w, slot, pos, pooled, work.scores, work.hist, qi.stride(0), w.stride(0),
         pooled.stride(0), pooled.stride(1), work.scores.stride(0), pools, int(count),
         num_warps=WARPS)
     select(top, spec, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools,
