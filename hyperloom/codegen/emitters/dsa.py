@@ -242,19 +242,21 @@ def _kth_key(row_ptr, n, k, BLOCK: tl.constexpr):
 @triton.jit
 def _kth_candidate(row_ptr, cand_ptr, nc, top, need, BLOCK: tl.constexpr):
     \"\"\"(key, take) as _kth_key gives them, from the nc candidates row[cand[:nc]]: the keys
-    in bin `top` of the top-bits histogram, of which the need-th largest is the K-th key.\"\"\"
-    prefix = (top >> ({top} - 8)).to(tl.int64) << 24  # the bin's bits below 24 return in pass 1
-    if nc <= BLOCK:  # the usual case: the candidates' keys stay in registers
+    in bin `top` of the top-bits histogram, of which the need-th largest is the K-th key (more
+    than BLOCK: 3 radix passes over them).\"\"\"
+    if nc <= BLOCK:  # the usual case: the candidates' keys stay in registers, and the
+        # K-th key is the largest t with need keys >= t, found bit by bit (32 - {top} sums)
         j = tl.arange(0, BLOCK)
-        u = _keys(row_ptr, cand_ptr, j, j < nc, True)
-        for i in tl.static_range(3):  # digits at bits 16, 8, 0
-            match = (j < nc) & ((u >> (24 - 8 * i)) == (prefix >> (24 - 8 * i)))
-            hist = tl.histogram(((u >> (16 - 8 * i)) & 255).to(tl.int32), 256, mask=match)
-            prefix, need = _pick(hist, prefix, need, 16 - 8 * i)
-    else:
-        for i in tl.static_range(3):
-            hist = _histogram(row_ptr, cand_ptr, nc, prefix, 16 - 8 * i, BLOCK, True)
-            prefix, need = _pick(hist, prefix, need, 16 - 8 * i)
+        u = tl.where(j < nc, _keys(row_ptr, cand_ptr, j, j < nc, True), -1)
+        thr = top.to(tl.int64) << (32 - {top})
+        for b in tl.static_range(32 - {top}):
+            t = thr + (1 << (31 - {top} - b))
+            thr = tl.where(tl.sum((u >= t).to(tl.int32), axis=0) >= need, t, thr)
+        return thr, need - tl.sum((u > thr).to(tl.int32), axis=0)
+    prefix = (top >> ({top} - 8)).to(tl.int64) << 24  # the bin's bits below 24 return in pass 1
+    for i in tl.static_range(3):  # digits at bits 16, 8, 0
+        hist = _histogram(row_ptr, cand_ptr, nc, prefix, 16 - 8 * i, BLOCK, True)
+        prefix, need = _pick(hist, prefix, need, 16 - 8 * i)
     return prefix, need
 
 
