@@ -320,6 +320,21 @@ def test_segmented_select_counted_by_the_score_kernel(block_size: int, monkeypat
         h.step([1, 0, -1], [p, p - 15, 0])
 
 
+def test_score_programs_of_several_blocks(monkeypatch) -> None:
+    """Score programs of 1 to 8 blocks of 16 pools (SCORE_PROGRAMS 4: the most blocks a
+    program that the row count allows), some past the visible pools, with the segmented
+    select counting from them: a 100-token prompt in two chunks, then two decode steps."""
+    monkeypatch.setattr(dsa_emitter, "BP", 16)
+    monkeypatch.setattr(dsa_emitter, "SCORE_PROGRAMS", 4)
+    monkeypatch.setattr(dsa_emitter, "SMALL_POOLS", 8)
+    monkeypatch.setattr(dsa_emitter, "SEG", 16)
+    assert [dsa_emitter.score_blocks(r, 64) for r in (1, 2, 4)] == [1, 2, 8]
+    h = Harness(*specs(), slots=2, capacity=256, seed=11)
+    chunks(h, 0, 0, [37, 63])
+    h.step([0, -1], [100, 0])
+    h.step([0], [101])
+
+
 def test_prompt_ending_on_a_pool_boundary_without_tail_select() -> None:
     h = Harness(*specs(topk=12, kpool=4, tail=False), slots=1, capacity=64, seed=3)
     chunks(h, 0, 0, [40])

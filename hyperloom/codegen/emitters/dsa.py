@@ -7,7 +7,7 @@ row that completes a pool (pos % P == P - 1) computes the pool's key once, sum_t
 this step's rows when they are in it (another program writes them to the cache in this launch),
 else from the cache. Padding rows (slot < 0) and positions past the capacity write nothing.
 
-{name}_score, grid (rows, cdiv(S // P, BP)): scores [rows, S // P] fp32 of the row's visible
+{name}_score, grid (rows, cdiv(S // P, BP * IT)): scores [rows, S // P] fp32 of the row's visible
 pools (those whose last token is <= pos): sum_h w_h h^-1/2 relu(qI_h . key d^-1/2). Programs past
 the row's pools exit, so the grid depends on the capacity only (a captured launch stays valid).
 
@@ -42,7 +42,8 @@ from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
 
-BP = 64  # pools per score program
+BP = 64  # pools per block of a score program; IT blocks a program (score_blocks)
+SCORE_PROGRAMS, MAX_IT = 1024, 8  # a launch's programs, once rows x blocks exceed them
 # a cache of up to SMALL_POOLS pools selects in one program a row, SMALL_BLOCK scores an
 # iteration (on the H200 8.4 us at 1024 pools); larger ones in segments of SEG pools, one
 # program each (one program a row took 115.6 us at 32768 pools, 31.4 at 8192: BENCHMARKS)
@@ -151,14 +152,13 @@ def _score_source(name: str, spec: DSASpec) -> str:
 def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, sq, sw, pc_s0, pc_s1,
         ssc, npools, count, H: tl.constexpr = {spec.heads}, HP: tl.constexpr = {_p2(spec.heads)},
         D: tl.constexpr = {spec.head_dim}, DP: tl.constexpr = {_p2(spec.head_dim)},
-        P: tl.constexpr = {spec.kpool}, BP: tl.constexpr = {BP},
+        P: tl.constexpr = {spec.kpool}, BP: tl.constexpr = {BP}, IT: tl.constexpr = 1,
         SCALE: tl.constexpr = {spec.head_dim ** -0.5!r},
         WSCALE: tl.constexpr = {spec.heads ** -0.5!r}, NB: tl.constexpr = {1 << TOP}):
     r = tl.program_id(0).to(tl.int64)
     s = tl.load(slot_ptr + r).to(tl.int64)
     n = tl.minimum((tl.load(pos_ptr + r) + 1) // P, npools)  # visible pools
-    j = tl.program_id(1) * BP + tl.arange(0, BP)
-    if (s < 0) | (tl.program_id(1) * BP >= n):
+    if (s < 0) | (tl.program_id(1) * BP * IT >= n):
         return
     h = tl.arange(0, HP)
     c = tl.arange(0, DP)
@@ -167,15 +167,17 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, sq, sw, p
     q = tl.load(qi_ptr + r * sq + h[:, None] * D + c[None, :], mask=hm[:, None] & cm[None, :],
                 other=0.0)
     w = tl.load(w_ptr + r * sw + h, mask=hm, other=0.0).to(tl.float32) * WSCALE
-    jm = j < n
-    k = tl.load(pc_ptr + s * pc_s0 + j[:, None] * pc_s1 + c[None, :],
-                mask=jm[:, None] & cm[None, :], other=0.0)
-    logits = tl.dot(q.to(k.dtype){up}, tl.trans(k{up}))  # [HP, BP]
-    sc = tl.sum(w[:, None] * tl.maximum(logits * SCALE, 0.0), axis=0)
-    sc = tl.where(sc == 0.0, 0.0, sc)  # -0.0 ties +0.0, as in torch.topk
-    tl.store(sc_ptr + r * ssc + j, sc, mask=jm)
-    if count != 0:  # the segmented select's first histogram
-        _count(hist_ptr + r * NB, sc, jm, NB)
+    for i in range(IT):
+        j = (tl.program_id(1) * IT + i) * BP + tl.arange(0, BP)
+        jm = j < n
+        k = tl.load(pc_ptr + s * pc_s0 + j[:, None] * pc_s1 + c[None, :],
+                    mask=jm[:, None] & cm[None, :], other=0.0)
+        logits = tl.dot(q.to(k.dtype){up}, tl.trans(k{up}))  # [HP, BP]
+        sc = tl.sum(w[:, None] * tl.maximum(logits * SCALE, 0.0), axis=0)
+        sc = tl.where(sc == 0.0, 0.0, sc)  # -0.0 ties +0.0, as in torch.topk
+        tl.store(sc_ptr + r * ssc + j, sc, mask=jm)
+        if count != 0:  # the segmented select's first histogram
+            _count(hist_ptr + r * NB, sc, jm, NB)
 '''
 
 
@@ -427,6 +429,16 @@ def source(name: str, spec: DSASpec, header: str = "") -> str:
             f"{_select_source(select, spec)}")
 
 
+def score_blocks(rows: int, pools: int) -> int:
+    """Blocks of BP pools a score program: one while rows x blocks give at most SCORE_PROGRAMS
+    programs, else the power of two (at most MAX_IT) that brings them near it (the row's query
+    is loaded once a program, the blocks' keys stream through a pipelined loop)."""
+    it = 1
+    while it < MAX_IT and rows * triton.cdiv(pools, BP * it * 2) >= SCORE_PROGRAMS:
+        it *= 2
+    return it
+
+
 def _need(ok: bool, what: str) -> None:
     if not ok:
         raise ValueError(what)
@@ -522,9 +534,10 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
                   keys.stride(0), keys.stride(1), pooled.stride(0), pooled.stride(1), capacity,
                   *table, num_warps=WARPS)
     count = segments(pools) > 0  # the segmented select's histogram, as the scores are written
-    score[(rows, triton.cdiv(max(1, pools), BP))](
+    it = score_blocks(rows, pools)
+    score[(rows, triton.cdiv(max(1, pools), BP * it))](
         qi, w, slot, pos, pooled, work.scores, work.hist, qi.stride(0), w.stride(0),
-        pooled.stride(0), pooled.stride(1), work.scores.stride(0), pools, int(count),
+        pooled.stride(0), pooled.stride(1), work.scores.stride(0), pools, int(count), IT=it,
         num_warps=WARPS)
     select(top, spec, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools,
            counted=True)
