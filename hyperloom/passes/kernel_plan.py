@@ -56,7 +56,7 @@ GRIDS = {
     "norm": "(R, width / group)",
     "moe_router": "(R/BM, E/BN, splits) ; (R,)",
     "moe_experts": "[count] route (chunks,) ; (tiles, I/BN) ; (tiles, H/BN) ; (R, H/BH)",
-    "dsa": "pool (R,) ; score (R, S/P/BP) ; select (R,)",
+    "dsa": "pool (R,) ; score (R, S/P/BP/IT) ; select (R,) | segmented: cands, write (R, segs)",
     "mla": "absorb (R/BM, H, R/BR) ; (R, H/BH, splits) ; (R/BM, H, dv/BV)",
     "elementwise": "(R, cdiv(W, BW))",
     INTERPRETER: "host",

@@ -43,7 +43,7 @@ from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
 
 BP = 64  # pools per block of a score program; IT blocks a program (score_blocks)
-SCORE_PROGRAMS, MAX_IT = 1024, 8  # a launch's programs, once rows x blocks exceed them
+SCORE_PROGRAMS, MAX_IT = 2048, 8  # a launch's programs, once rows x blocks exceed them
 # a cache of up to SMALL_POOLS pools selects in one program a row, SMALL_BLOCK scores an
 # iteration (on the H200 8.4 us at 1024 pools); larger ones in segments of SEG pools, one
 # program each (one program a row took 115.6 us at 32768 pools, 31.4 at 8192: BENCHMARKS)
