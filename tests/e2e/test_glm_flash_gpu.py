@@ -145,6 +145,12 @@ def _rows(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) 
     return float(errs[bad])
 
 
+def rel_err_rows(got: torch.Tensor, want: torch.Tensor) -> str:
+    """'row error' of the worst row."""
+    errs = torch.tensor([rel_err(g, w) for g, w in zip(got, want)])
+    return f"{int(errs.argmax())} {float(errs.max()):.3g}"
+
+
 def _compare(got: list[torch.Tensor], want: list[torch.Tensor], dtype: torch.dtype,
              what: str) -> None:
     _rows(got[0], want[0], dtype, f"{what} prefill")
@@ -164,25 +170,37 @@ def test_compiled_matches_reference(flash, compiled, ref_run, hf_run):
 
 def test_prefill_in_calls_of_both_forms_equals_one_call(flash, compiled):
     """One call, against calls of the recurrent form (fewer than CHUNKED_ROWS rows) and the
-    chunked form at odd offsets; decode carries on from either state."""
-    one = compiled.new_sequence()
-    want = compiled.prefill(one, flash.prompt)
-    cuts = [0, 5, 5 + CHUNKED_ROWS - 1, 700, 703, 2900, PROMPT]
-    split = compiled.new_sequence()
-    for a, b in zip(cuts, cuts[1:]):
-        got = compiled.prefill(split, flash.prompt[a:b])
-        _rows(got, want[a:b], BF16, f"prefill call of rows {a}..{b}")
-    for tok in (17, 4242):
-        got, ref = compiled.decode([split], [tok]), compiled.decode([one], [tok])
-        _rows(got, ref, BF16, f"decode of token {tok} after split calls")
-    compiled.free(one)
-    compiled.free(split)
+    chunked form at odd offsets, their rows together under the tie rule (as one call's rows
+    are: a call of 31 rows would otherwise allow no tie at all); decode carries on from
+    either state."""
+    one, split = compiled.new_sequence(), compiled.new_sequence()
+    try:
+        want = compiled.prefill(one, flash.prompt)
+        cuts = [0, 5, 5 + CHUNKED_ROWS - 1, 700, 703, 2900, PROMPT]
+        got = [compiled.prefill(split, flash.prompt[a:b]) for a, b in zip(cuts, cuts[1:])]
+        for (a, b), g in zip(zip(cuts, cuts[1:]), got):
+            print(f"prefill call of rows {a}..{b}: worst row {rel_err_rows(g, want[a:b])}")
+        _rows(torch.cat(got), want, BF16, "prefill in calls vs one call")
+        for tok in (17, 4242):
+            got, ref = compiled.decode([split], [tok]), compiled.decode([one], [tok])
+            _rows(got, ref, BF16, f"decode of token {tok} after split calls")
+    finally:
+        compiled.free(one)
+        compiled.free(split)
 
 
 def test_batched_decode_equals_each_sequence_alone(flash, compiled):
     lengths = (300, 1100, 2100, 3333)  # 2100 and 3333 select sparsely
     seqs = [compiled.new_sequence() for _ in lengths]
     alone = [compiled.new_sequence() for _ in lengths]
+    try:
+        _batched_vs_alone(flash, compiled, lengths, seqs, alone)
+    finally:
+        for s in seqs + alone:
+            compiled.free(s)
+
+
+def _batched_vs_alone(flash, compiled, lengths, seqs, alone) -> None:
     for s, a, n in zip(seqs, alone, lengths):
         compiled.prefill(s, flash.prompt[-n:])
         compiled.prefill(a, flash.prompt[-n:])
