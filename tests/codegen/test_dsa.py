@@ -320,6 +320,22 @@ def test_segmented_select_counted_by_the_score_kernel(block_size: int, monkeypat
         h.step([1, 0, -1], [p, p - 15, 0])
 
 
+def test_a_wrong_index_is_refused_before_any_launch(monkeypatch) -> None:
+    """An index buffer of the wrong width fails before the pool, score and select launches:
+    the key cache is unwritten and the score kernel counted nothing (a histogram left behind
+    would skew every later selection)."""
+    monkeypatch.setattr(dsa_emitter, "SMALL_POOLS", 4)
+    monkeypatch.setattr(dsa_emitter, "SEG", 4)
+    h = Harness(*specs(), slots=1, capacity=64, seed=12)
+    chunks(h, 0, 0, [30])
+    b = h.buffers([0], [30])
+    b["index"] = torch.zeros(2, h.dsa.width + 1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"DSA index: int32 \[>= 1, 11\]"):
+        h.launch(b)
+    assert h.logical(h.keys, 0, 31)[30].isnan().all(), "the step's key was written"
+    assert (b["scores"].hist == 0).all(), "the score kernel ran"
+
+
 def test_score_programs_of_several_blocks(monkeypatch) -> None:
     """Score programs of 1 to 8 blocks of 16 pools (SCORE_PROGRAMS 4: the most blocks a
     program that the row count allows), some past the visible pools, with the segmented

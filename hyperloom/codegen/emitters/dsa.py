@@ -487,25 +487,36 @@ def scratch(max_rows: int, pooled: torch.Tensor) -> Work:
                 torch.empty((rows, pools if segs else 1), **i32))
 
 
+def _fits(spec: DSASpec, work: Work, out: torch.Tensor, rows: int, pools: int) -> None:
+    """The index and the scratch take `rows` rows over `pools` pools: checked before any
+    launch, as a score kernel that counted the histogram must be followed by the select that
+    clears it."""
+    _need(out.dtype == torch.int32 and out.shape[1] == spec.width and out.stride(1) == 1
+          and out.shape[0] >= rows,
+          f"DSA index: int32 [>= {rows}, {spec.width}], got {out.dtype} {tuple(out.shape)}")
+    sc, segs = work.scores, segments(pools)
+    _need(sc.shape[0] >= rows and sc.shape[1] >= pools and sc.stride(1) == 1,
+          f"DSA score scratch {tuple(sc.shape)} does not fit {rows} rows x {pools} pools")
+    _need(not segs or (work.hist.shape == (work.sure.shape[0], 1 << TOP)
+                       and work.counts.shape == (2, work.sure.shape[0])
+                       and work.sure.shape[0] >= rows and work.sure.shape[1] >= segs
+                       and work.cands.shape[1] >= pools),
+          f"DSA selection scratch does not fit {rows} rows x {pools} pools")
+
+
 def select(kernels, spec: DSASpec, *, work: Work, slot: torch.Tensor, pos: torch.Tensor,
            out: torch.Tensor, rows: int, pools: int, counted: bool = False) -> None:
     """Top-k of work.scores[:rows, :visible pools] (at most `pools`) into out [rows, width];
     kernels: the four selection kernels of kernel_names, loaded; counted: the score kernel
     has filled work.hist already (else the hist kernel does)."""
-    _need(out.dtype == torch.int32 and out.shape[1] == spec.width and out.stride(1) == 1,
-          f"DSA index: int32 [rows, {spec.width}], got {out.dtype} {tuple(out.shape)}")
+    _fits(spec, work, out, rows, pools)
     sc = work.scores
-    _need(sc.shape[0] >= rows and sc.shape[1] >= pools and sc.stride(1) == 1,
-          "DSA score scratch does not fit")
     one, hist, cands, write = kernels
     segs = segments(pools)  # fixed by the cache capacity: a captured launch stays valid
     if not segs:
         one[(rows,)](sc, slot, pos, out, sc.stride(0), out.stride(0), pools,
                      BLOCK=SMALL_BLOCK, num_warps=SELECT_WARPS)
         return
-    _need(work.hist.shape == (work.sure.shape[0], 1 << TOP) and work.sure.shape[0] >= rows
-          and work.sure.shape[1] >= segs and work.cands.shape[1] >= pools,
-          "DSA selection scratch does not fit")
     w, cap = work, work.sure.shape[1]
     if not counted:
         hist[(rows, segs)](sc, slot, pos, w.hist, sc.stride(0), pools, num_warps=WARPS)
@@ -519,7 +530,7 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
            gate: torch.Tensor, ape: torch.Tensor, slot: torch.Tensor, pos: torch.Tensor,
            keys: torch.Tensor, pooled: torch.Tensor, work: Work, out: torch.Tensor,
            rows: int, block_table: torch.Tensor | None = None) -> None:
-    """Write, pool, score, select the first `rows` rows; kernels = kernel_names' five, loaded;
+    """Write, pool, score, select the first `rows` rows; kernels = kernel_names' six, loaded;
     work = scratch(>= rows, pooled); block_table int32 [slots, max_blocks] when paged. Grids
     depend on rows and the capacity only."""
     capacity = check(spec, keys, pooled, block_table)
@@ -528,6 +539,7 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
           f"DSA ape: contiguous [{spec.kpool}, {spec.head_dim}]")
     if rows == 0:
         return
+    _fits(spec, work, out, rows, pooled.shape[1])
     pool, score, *top = kernels
     pools = pooled.shape[1]
     pool[(rows,)](ki, gate, ape, slot, pos, keys, pooled, ki.stride(0), gate.stride(0),
