@@ -336,6 +336,27 @@ def test_a_wrong_index_is_refused_before_any_launch(monkeypatch) -> None:
     assert (b["scores"].hist == 0).all(), "the score kernel ran"
 
 
+def test_a_select_that_fails_after_the_score_leaves_clean_scratch(monkeypatch) -> None:
+    """The cands launch raising (as a first compile may) after the score kernel counted the
+    histogram: the error reaches the caller, the scratch is clean, and the next step selects
+    right."""
+    monkeypatch.setattr(dsa_emitter, "SMALL_POOLS", 4)
+    monkeypatch.setattr(dsa_emitter, "SEG", 4)
+    h = Harness(*specs(), slots=1, capacity=64, seed=13)
+    chunks(h, 0, 0, [30])
+    b = h.buffers([0], [30])
+    ix, mla = h.kernels
+    h.kernels = ((*ix[:4], None, ix[5]), mla)  # cands: not callable
+    with pytest.raises(TypeError):
+        h.launch(b)
+    assert (b["scores"].hist == 0).all() and (b["scores"].counts == 0).all()
+    h.kernels = (ix, mla)
+    h.launch(b)  # the same scratch, as a runtime keeps it
+    index = b["index"][:1].cpu()
+    h.step([0], [30])  # fresh scratch: the reference's checks
+    assert torch.equal(index, h.run([0], [30])[1].cpu())
+
+
 def test_score_programs_of_several_blocks(monkeypatch) -> None:
     """Score programs of 1 to 8 blocks of 16 pools (SCORE_PROGRAMS 4: the most blocks a
     program that the row count allows), some past the visible pools, with the segmented

@@ -551,5 +551,10 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
         qi, w, slot, pos, pooled, work.scores, work.hist, qi.stride(0), w.stride(0),
         pooled.stride(0), pooled.stride(1), work.scores.stride(0), pools, int(count), IT=it,
         num_warps=WARPS)
-    select(top, spec, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools,
-           counted=True)
+    try:
+        select(top, spec, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools,
+               counted=True)
+    except BaseException:  # a launch that failed (say, its first compile) clears after it
+        work.hist.zero_()
+        work.counts.zero_()
+        raise
