@@ -8,8 +8,9 @@ this step's rows when they are in it (another program writes them to the cache i
 else from the cache. Padding rows (slot < 0) and positions past the capacity write nothing.
 
 {name}_score, grid (rows, cdiv(S // P, BP * IT)): scores [rows, S // P] fp32 of the row's visible
-pools (those whose last token is <= pos): sum_h w_h h^-1/2 relu(qI_h . key d^-1/2). Programs past
-the row's pools exit, so the grid depends on the capacity only (a captured launch stays valid).
+pools (those whose last token is <= pos): sum_h w_h h^-1/2 relu(qI_h . key d^-1/2), IT blocks of
+BP pools a program (score_blocks). Programs past the row's pools exit, so the grid depends on the
+rows and the capacity only (a captured launch stays valid).
 
 {name}, grid (rows,): selection -> index [rows, topk (+ P - 1)] int32. With more visible pools
 than K = topk / P, a radix select (4 passes of 8-bit digit histograms over the ordered score
@@ -22,8 +23,9 @@ Caches of more than SMALL_POOLS pools select in segments of SEG pools, in two la
 histogram of each row's top TOP key bits (counted by the score kernel as it writes the scores,
 or by {name}_hist). {name}_cands, grid (rows, segments): finds the bin of the K-th key, counts
 its segment's keys above that bin and appends those in it (the candidates) to the row's list;
-the row's last program (by ticket) finds the K-th key among the candidates (3 more 8-bit
-passes) and clears the row's histogram and counters for the next step. {name}_write, grid
+the row's last program (by ticket) finds the K-th key among the candidates (bit by bit over
+their keys in registers; 3 more 8-bit passes past SEG of them) and clears the row's histogram
+and counters for the next step. {name}_write, grid
 (rows, segments): places its segment's pools after those of the earlier segments.
 
 Paged (spec.block_size = B > 0): keys is a block pool [num_blocks, B, 2d] behind a block table
