@@ -134,7 +134,7 @@ def _rows(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) 
     """Row by row: at most TIE_ROWS of the rows over REL[dtype] (a choice on a rounding tie),
     none over TIE_REL[dtype]; the worst row's relative error."""
     assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
-    errs = torch.tensor([rel_err(g, w) for g, w in zip(got, want)])
+    errs = _row_errs(got, want)
     bad, over = int(errs.argmax()), int((errs > REL[dtype]).sum())
     print(f"{what}: worst row {bad} {errs[bad]:.3g}, median {errs.median():.3g}, rows over "
           f"{REL[dtype]:g}: {over} of {len(errs)}")
@@ -145,9 +145,14 @@ def _rows(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) 
     return float(errs[bad])
 
 
-def rel_err_rows(got: torch.Tensor, want: torch.Tensor) -> str:
-    """'row error' of the worst row."""
-    errs = torch.tensor([rel_err(g, w) for g, w in zip(got, want)])
+def _row_errs(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+    """Each row's relative error."""
+    return torch.tensor([rel_err(g, w) for g, w in zip(got, want)])
+
+
+def _worst(got: torch.Tensor, want: torch.Tensor) -> str:
+    """The worst row and its relative error, as text."""
+    errs = _row_errs(got, want)
     return f"{int(errs.argmax())} {float(errs.max()):.3g}"
 
 
@@ -179,7 +184,7 @@ def test_prefill_in_calls_of_both_forms_equals_one_call(flash, compiled):
         cuts = [0, 5, 5 + CHUNKED_ROWS - 1, 700, 703, 2900, PROMPT]
         got = [compiled.prefill(split, flash.prompt[a:b]) for a, b in zip(cuts, cuts[1:])]
         for (a, b), g in zip(zip(cuts, cuts[1:]), got):
-            print(f"prefill call of rows {a}..{b}: worst row {rel_err_rows(g, want[a:b])}")
+            print(f"prefill call of rows {a}..{b}: worst row {_worst(g, want[a:b])}")
         _rows(torch.cat(got), want, BF16, "prefill in calls vs one call")
         for tok in (17, 4242):
             got, ref = compiled.decode([split], [tok]), compiled.decode([one], [tok])

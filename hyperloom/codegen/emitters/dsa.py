@@ -20,13 +20,14 @@ expand to P token ids each, in pool order (the reference orders them by score; t
 the same), then -1 up to column topk, then the visible tokens of the incomplete tail pool.
 
 Caches of more than SMALL_POOLS pools select in segments of SEG pools, in two launches after a
-histogram of each row's top TOP key bits (counted by the score kernel as it writes the scores,
-or by {name}_hist). {name}_cands, grid (rows, segments): finds the bin of the K-th key, counts
-its segment's keys above that bin and appends those in it (the candidates) to the row's list;
-the row's last program (by ticket) finds the K-th key among the candidates (bit by bit over
-their keys in registers; 3 more 8-bit passes past SEG of them) and clears the row's histogram
-and counters for the next step. {name}_write, grid
-(rows, segments): places its segment's pools after those of the earlier segments.
+histogram of each sparse row's top TOP key bits (counted by the score kernel as it writes the
+scores, or by {name}_hist; rows with at most K pools visible take them all). {name}_cands, grid
+(rows, segments): finds the bin of the K-th key, counts its segment's keys above that bin and
+appends those in it (the candidates) to the row's list; the row's last program (by ticket)
+finds the K-th key among the candidates (bit by bit over their keys in registers; 3 more 8-bit
+passes past SEG of them) and clears the row's histogram and counters for the next step.
+{name}_write, grid (rows, segments): places its segment's pools after those of the earlier
+segments.
 
 Paged (spec.block_size = B > 0): keys is a block pool [num_blocks, B, 2d] behind a block table
 (`paging`); the pooled keys (one row per pool, 1/(2P) of the keys) stay one block per slot.
@@ -156,7 +157,8 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, sq, sw, p
         D: tl.constexpr = {spec.head_dim}, DP: tl.constexpr = {_p2(spec.head_dim)},
         P: tl.constexpr = {spec.kpool}, BP: tl.constexpr = {BP}, IT: tl.constexpr = 1,
         SCALE: tl.constexpr = {spec.head_dim ** -0.5!r},
-        WSCALE: tl.constexpr = {spec.heads ** -0.5!r}, NB: tl.constexpr = {1 << TOP}):
+        WSCALE: tl.constexpr = {spec.heads ** -0.5!r}, NB: tl.constexpr = {1 << TOP},
+        K: tl.constexpr = {spec.topk // spec.kpool}):
     r = tl.program_id(0).to(tl.int64)
     s = tl.load(slot_ptr + r).to(tl.int64)
     n = tl.minimum((tl.load(pos_ptr + r) + 1) // P, npools)  # visible pools
@@ -169,6 +171,7 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, sq, sw, p
     q = tl.load(qi_ptr + r * sq + h[:, None] * D + c[None, :], mask=hm[:, None] & cm[None, :],
                 other=0.0)
     w = tl.load(w_ptr + r * sw + h, mask=hm, other=0.0).to(tl.float32) * WSCALE
+    counted = (count != 0) & (n > K)  # the segmented select's histogram: sparse rows only
     for i in range(IT):
         j = (tl.program_id(1) * IT + i) * BP + tl.arange(0, BP)
         jm = j < n
@@ -178,7 +181,7 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, sq, sw, p
         sc = tl.sum(w[:, None] * tl.maximum(logits * SCALE, 0.0), axis=0)
         sc = tl.where(sc == 0.0, 0.0, sc)  # -0.0 ties +0.0, as in torch.topk
         tl.store(sc_ptr + r * ssc + j, sc, mask=jm)
-        if count != 0:  # the segmented select's first histogram
+        if counted:
             _count(hist_ptr + r * NB, sc, jm, NB)
 '''
 
@@ -362,40 +365,39 @@ def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, BLOCK: tl.conste
 def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, ssc, npools, {consts}):
 {visible}    g = tl.program_id(1)
     j = g * SEG + tl.arange(0, SEG)
-    _count(hist_ptr + r * NB, tl.load(sc_ptr + r * ssc + j, mask=j < n, other=0.0), j < n, NB)
+    if n > K:
+        _count(hist_ptr + r * NB, tl.load(sc_ptr + r * ssc + j, mask=j < n, other=0.0), j < n,
+               NB)
 
 
 @triton.jit
 def {name}_cands(sc_ptr, slot_ptr, pos_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr, cand_ptr,
         ssc, scand, npools, rows_cap, segs_cap, {consts}):
 {visible}    g = tl.program_id(1)
-    if g * SEG < n:
+    if (n > K) & (g * SEG < n):  # dense rows (n <= K) take every pool: nothing to find
         bins = tl.arange(0, NB)
         hist = tl.load(hist_ptr + r * NB + bins)
         at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
         top = tl.max(tl.where(at_or_above >= K, bins, 0), axis=0)  # the K-th key's bin
-        if n > K:
-            j = g * SEG + tl.arange(0, SEG)
-            jm = j < n
-            u = _ordered(tl.load(sc_ptr + r * ssc + j, mask=jm, other=0.0)) >> (32 - TOP)
-            tl.store(sure_ptr + r * segs_cap + g, tl.sum((jm & (u > top)).to(tl.int32), axis=0))
-            cand = (jm & (u == top)).to(tl.int32)
-            at = tl.atomic_add(cnt_ptr + r, tl.sum(cand, axis=0)) + tl.cumsum(cand, axis=0) - 1
-            tl.store(cand_ptr + r * scand + at, j, mask=cand > 0)
+        j = g * SEG + tl.arange(0, SEG)
+        jm = j < n
+        u = _ordered(tl.load(sc_ptr + r * ssc + j, mask=jm, other=0.0)) >> (32 - TOP)
+        tl.store(sure_ptr + r * segs_cap + g, tl.sum((jm & (u > top)).to(tl.int32), axis=0))
+        cand = (jm & (u == top)).to(tl.int32)
+        at = tl.atomic_add(cnt_ptr + r, tl.sum(cand, axis=0)) + tl.cumsum(cand, axis=0) - 1
+        tl.store(cand_ptr + r * scand + at, j, mask=cand > 0)
         # every thread's appends are written before the ticket; the row's last program finds
         # the K-th key among the candidates and clears the row's scratch for the next step
         tl.debug_barrier()
         ticket = tl.atomic_add(cnt_ptr + rows_cap + r, 1, sem="acq_rel")
         if ticket == (n + SEG - 1) // SEG - 1:
             tl.debug_barrier()
-            if n > K:
-                nc = tl.atomic_add(cnt_ptr + r, 0)
-                thr, take = _kth_candidate(sc_ptr + r * ssc, cand_ptr + r * scand, nc, top,
-                                           K - tl.sum(tl.where(bins > top, hist, 0), axis=0),
-                                           SEG)
-                tl.store(state_ptr + r * 3, thr)
-                tl.store(state_ptr + r * 3 + 1, take.to(tl.int64))
-                tl.store(state_ptr + r * 3 + 2, nc.to(tl.int64))
+            nc = tl.atomic_add(cnt_ptr + r, 0)
+            thr, take = _kth_candidate(sc_ptr + r * ssc, cand_ptr + r * scand, nc, top,
+                                       K - tl.sum(tl.where(bins > top, hist, 0), axis=0), SEG)
+            tl.store(state_ptr + r * 3, thr)
+            tl.store(state_ptr + r * 3 + 1, take.to(tl.int64))
+            tl.store(state_ptr + r * 3 + 2, nc.to(tl.int64))
             tl.store(hist_ptr + r * NB + bins, tl.zeros((NB,), tl.int32))
             tl.store(cnt_ptr + r, 0)
             tl.store(cnt_ptr + rows_cap + r, 0)
