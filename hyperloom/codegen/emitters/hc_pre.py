@@ -8,8 +8,7 @@ outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), 
 
 _partials (grid (cdiv(rows, BLOCK_T), splits)): split-K over the flat n*D axis, so a few rows
 still spread over every multiprocessor (decode: up to 128 splits) and many rows sweep X once; each
-program writes its partial projections m = X_flat @ fn^T (and, for the gates, sum(x^2) in column
-J) to a scratch row [split, row, JP].
+program writes its partial projections m = X_flat @ fn^T to a scratch row [split, row, JP].
 _finish_row: one row's partials summed in wide tiles; its X row (in registers when it fits)
 gives sum(x^2), so the stream norm costs the projection nothing; the gates; every Sinkhorn
 iteration in registers; post, comb and y = sum_i pre[i] * X[i] (rms(y) with out_eps).
@@ -18,11 +17,11 @@ iteration in registers; post, comb and y = sum_i pre[i] * X[i] (rms(y) with out_
 the next launch and CUDA-graph replays) and finishes the live rows in turn. Decode's one launch.
 {name}_proj + {name}_finish (grid (rows,)): the same work for a few rows, every row finished by
 its own program in parallel.
-{name}_proj + {name}_gates + {name}_apply: many rows. The gates take RB rows a program, the n x n
-Sinkhorn of every row in one [RB, n, n] tile (its reductions stay inside warps), and park pre in
-the scratch after the partials; the apply streams one X row a program into y, a pure
-read-reduce-write with no serial gate math between its loads (on the H200 at 2048 rows x 4 x
-4096: 46 + 7 + 38 us, against 130 us for projection + finish).
+{name}_proj + {name}_apply + {name}_gates: many rows. The projection runs in one wave of
+programs; the apply streams one X row a program, takes sum(x^2) and the n pre gates from it and
+the row's partials, writes y (a read-reduce-write whose only serial math is n sigmoids) and
+parks sum(x^2) in the scratch; the gates then take RB rows a program, post and the n x n Sinkhorn
+of every row in one [RB, n, n] tile (its reductions stay inside warps).
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >=
 WIDE_ROWS = HC_WIDE_ROWS  # above this many rows: gates + apply (at 16 to 256 rows the finish is
 # faster)
 PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of gates + apply steps
+PROJ_RESIDENT = 2  # of those, programs a multiprocessor holds at once (shared memory)
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = 64  # splits whose partials a finish sums per load
@@ -135,10 +135,9 @@ def _partials_source() -> str:
 @triton.jit
 def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
               D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SQ: tl.constexpr):
-    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch (SQ:
-    and sum(x^2) in column J, for the gates). A block lies in one stream, so its columns are
-    contiguous (vector loads) at a scalar offset."""
+              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
+    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
@@ -147,9 +146,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
     KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
-    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0: column J is free
-    if SQ:
-        sq = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # reduced once, after the loop
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0
 {head}        i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
         cmask = c < D
@@ -157,11 +154,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-        if SQ:
-            sq += x * x
-{_indent(dot, 8)}{tail}    if SQ:
-        acc += tl.where(j == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
-    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
+{_indent(dot, 8)}{tail}    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 '''
 
@@ -254,9 +247,10 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
 
 
 def _gates_body() -> str:
-    """A wide step's gates for RB rows: their partials summed over the splits SG at a time as
-    one flat tile (a block's rows are contiguous in a split) into scratch split `splits`, then
-    gathered by kind; gates, Sinkhorn over [RB, NP, NP]; pre parked at split `splits + 1`."""
+    """A wide step's post and comb gates for RB rows, after the apply: their partials summed
+    over the splits SG at a time as one flat tile (a block's rows are contiguous in a split)
+    into scratch split `splits`, then gathered by kind; sum(x^2) as the apply parked it;
+    Sinkhorn over [RB, NP, NP]."""
     head, tail = runtime_loop("s0", "0", "splits", "SG", "")
     return f'''t0 = tl.program_id(0) * RB
 flat = tl.arange(0, RB * JP)
@@ -276,20 +270,15 @@ live = tmask[:, None] & (ii < N)[None, :]
 valid = (ii[:, None] < N) & (ii[None, :] < N)
 cell = ii[:, None] * N + ii[None, :]
 at = part_ptr + (splits * rows_pad + t64) * JP
-m_pre = tl.load(at[:, None] + ii[None, :], mask=live, other=0.0)
 m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
 m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
                  mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
-ss = tl.load(at + J, mask=tmask, other=0.0)
+ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
 # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
-bias = tl.load(base_ptr + ii, mask=ii < N, other=0.0)
-pre = tl.sigmoid(m_pre * r[:, None] * tl.load(scale_ptr) + bias[None, :]) + HC_EPS
 bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
 post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
 tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
-pre_at = part_ptr + ((splits + 1) * rows_pad + t64) * JP
-tl.store(pre_at[:, None] + ii[None, :], pre, mask=live)
 bias = tl.load(base_ptr + 2 * N + cell, mask=valid, other=0.0)
 logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
 {_sinkhorn(1)}tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
@@ -298,24 +287,45 @@ logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
 
 
 def _apply_body(spec: HCPreSpec) -> str:
-    """A wide step's finish for one row: y = sum_i pre[i] * X[i] (its rms with out_eps), the
-    streams loaded one vector each, so y needs no reduction across streams."""
+    """A wide step's y for one row: sum(x^2) from its streams (in registers when the row fits,
+    else a first pass; parked for the gates), its pre gates from the summed partials, then
+    y = sum_i pre[i] * X[i] (its rms with out_eps), the streams loaded one vector each, so y
+    needs no reduction across streams."""
     whole = _blocks(spec)["BLOCK_Y"] >= spec.d
-    y = "y = (" + "\n     + ".join(f"p{i} * tl.load(x_row + {i} * sx_stream + d, mask=d < D, "
-                                    f"other=0.0)" for i in range(spec.n)) + ")\n"
+    xs = range(spec.n)
+    load = "".join(f"x{i} = tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
+                   for i in xs)
+    y = "y = " + " + ".join(f"p{i} * x{i}" for i in xs) + "\n"
+    sq = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
+          + _row_pass("sq += " + " + ".join(f"x{i} * x{i}" for i in xs) + "\n", whole, load)
+          + "ss = tl.sum(sq, axis=0)\n")
     norm, scale = "", ""
     if spec.out_eps is not None:
         norm = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
-                + _row_pass(y + "sq += y * y\n", whole, "")
+                + _row_pass(y + "sq += y * y\n", whole, load)
                 + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
         scale = "y = y * inv\n"
     again = "" if whole and spec.out_eps is not None else y
     store = _row_pass(again + scale + "tl.store(y_ptr + row * sy_row + d, "
-                      "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, "")
-    loads = "".join(f"p{i} = tl.load(pre + {i})\n" for i in range(spec.n))
-    return (f"row = tl.program_id(0).to(tl.int64)\ndd = tl.arange(0, BLOCK_Y)\n"
-            f"x_row = x_ptr + row * sx_row\npre = part_ptr + ((splits + 1) * rows_pad + row) * JP\n"
-            f"{loads}{'d = dd' + chr(10) if whole else ''}{norm}{store}")
+                      "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, load)
+    head, tail = runtime_loop("s0", "0", "splits", "SB", "")
+    gates = "".join(f"p{i} = tl.sum(tl.where(ii == {i}, pre, 0.0), axis=0)\n" for i in xs)
+    return f'''row = tl.program_id(0).to(tl.int64)
+dd = tl.arange(0, BLOCK_Y)
+x_row = x_ptr + row * sx_row
+{"d = dd" + chr(10) + load if whole else ""}{sq}ii = tl.arange(0, NP)
+sb = tl.arange(0, SB)
+m = tl.zeros((NP,), tl.float32)
+{head}    s = s0 + sb
+    m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + ii[None, :],
+                        mask=(s < splits)[:, None] & (ii < N)[None, :], other=0.0,
+                        cache_modifier=".cg"), axis=0)
+{tail}tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)
+# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+r = tl.rsqrt(ss / (N * D) + NORM_EPS)
+pre = tl.sigmoid(m * r * tl.load(scale_ptr) + tl.load(base_ptr + ii, mask=ii < N, other=0.0))
+pre += HC_EPS
+{gates}{norm}{store}'''
 
 
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
@@ -325,11 +335,11 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     params = _SIG + consts + out_eps
     part_args = ("x_ptr fn_ptr part_ptr rows rows_pad kb_split sx_row sx_stream s_fn D N J JP "
                  "BLOCK_T BLOCK_K").split()
-    wide_args = [a if a != "BLOCK_T" else "BLOCK_P" for a in part_args] + ["SQ"]
+    wide_args = [a if a != "BLOCK_T" else "BLOCK_P" for a in part_args]
     row_args = ("x_ptr base_ptr scale_ptr y_ptr post_ptr comb_ptr part_ptr rows_pad splits "
                 "sx_row sx_stream sy_row spost_row scomb_row scomb_i N D J NP JP SB BLOCK_Y "
                 "NORM_EPS HC_EPS ITERS").split() + (["OUT_EPS"] if out_eps else [])
-    partials = wrap("    _partials(", part_args + ["False"], ")", 14)
+    partials = wrap("    _partials(", part_args, ")", 14)
     wide = wrap("    _partials(", wide_args, ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
@@ -349,7 +359,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 {rtail}
 
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {proj}(", params + ["SQ: tl.constexpr = False"], "):", 8)}
+{wrap(f"def {proj}(", params, "):", 8)}
 {wait}{wide}
 
 
@@ -374,12 +384,14 @@ def source(name: str, spec: HCPreSpec, header: str = "") -> str:
 
 def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]:
     """(rows a projection program, row blocks, rows_pad, K splits) of a launch: enough programs
-    for ~4 per multiprocessor."""
-    block = PROJ_ROWS if rows > WIDE_ROWS and not fused else BLOCK_T
+    for ~4 per multiprocessor; a wide step's as many as fit on the GPU at once (one wave: a
+    second, partial wave would leave most multiprocessors idle while it runs)."""
+    wide = rows > WIDE_ROWS and not fused
+    block = PROJ_ROWS if wide else BLOCK_T
     blocks = triton.cdiv(rows, block)
     k_blocks = spec.n * triton.cdiv(spec.d, _blocks(spec)["BLOCK_K"])
-    return (block, blocks, blocks * block,
-            max(1, min(k_blocks, MAX_SPLITS, triton.cdiv(4 * SMS, blocks))))
+    programs = PROJ_RESIDENT * SMS // blocks if wide else triton.cdiv(4 * SMS, blocks)
+    return block, blocks, blocks * block, max(1, min(k_blocks, MAX_SPLITS, programs))
 
 
 def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -417,10 +429,9 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
         return
-    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, SQ=block != BLOCK_T, num_warps=PROJ_WARPS,
-                               num_stages=PROJ_STAGES)
+    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, num_warps=PROJ_WARPS, num_stages=PROJ_STAGES)
     if block == BLOCK_T:
         finish[(rows,)](*args, num_warps=FINISH_WARPS)
         return
-    gates[(triton.cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)
     apply[(rows,)](*args, num_warps=APPLY_WARPS)
+    gates[(triton.cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)

@@ -15,10 +15,9 @@ import triton.language as tl
 @triton.jit
 def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
               D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SQ: tl.constexpr):
-    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch (SQ:
-    and sum(x^2) in column J, for the gates). A block lies in one stream, so its columns are
-    contiguous (vector loads) at a scalar offset."""
+              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
+    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
@@ -27,9 +26,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
     KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
-    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0: column J is free
-    if SQ:
-        sq = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # reduced once, after the loop
+    acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0
     for b in range(b_lo, b_hi, 1):
         i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
@@ -38,8 +35,6 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-        if SQ:
-            sq += x * x
         wt = tl.trans(w)
         if fn_ptr.dtype.element_ty == tl.bfloat16:
             x_hi = x.to(tl.bfloat16)
@@ -47,8 +42,6 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
             acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
         else:
             acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
-    if SQ:
-        acc += tl.where(j == J, 1.0, 0.0)[None, :] * tl.sum(sq, axis=1)[:, None]
     part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 
@@ -123,7 +116,7 @@ def k01_hc_pre_l0_hc_attn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr
         ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
-              JP, BLOCK_T, BLOCK_K, False)
+              JP, BLOCK_T, BLOCK_K)
     # every thread's partials are written before the ticket; the last ticket finishes the block
     tl.debug_barrier()
     ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
@@ -146,10 +139,10 @@ def k01_hc_pre_l0_hc_attn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
         BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
         SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05, SQ: tl.constexpr = False):
+        OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
-              JP, BLOCK_P, BLOCK_K, SQ)
+              JP, BLOCK_P, BLOCK_K)
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
@@ -196,20 +189,15 @@ def k01_hc_pre_l0_hc_attn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
     valid = (ii[:, None] < N) & (ii[None, :] < N)
     cell = ii[:, None] * N + ii[None, :]
     at = part_ptr + (splits * rows_pad + t64) * JP
-    m_pre = tl.load(at[:, None] + ii[None, :], mask=live, other=0.0)
     m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
     m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
                      mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
-    ss = tl.load(at + J, mask=tmask, other=0.0)
+    ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
     # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
     r = tl.rsqrt(ss / (N * D) + NORM_EPS)
-    bias = tl.load(base_ptr + ii, mask=ii < N, other=0.0)
-    pre = tl.sigmoid(m_pre * r[:, None] * tl.load(scale_ptr) + bias[None, :]) + HC_EPS
     bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
     post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
     tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
-    pre_at = part_ptr + ((splits + 1) * rows_pad + t64) * JP
-    tl.store(pre_at[:, None] + ii[None, :], pre, mask=live)
     bias = tl.load(base_ptr + 2 * N + cell, mask=valid, other=0.0)
     logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
     # Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
@@ -237,17 +225,33 @@ def k01_hc_pre_l0_hc_attn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
     row = tl.program_id(0).to(tl.int64)
     dd = tl.arange(0, BLOCK_Y)
     x_row = x_ptr + row * sx_row
-    pre = part_ptr + ((splits + 1) * rows_pad + row) * JP
-    p0 = tl.load(pre + 0)
-    p1 = tl.load(pre + 1)
-    p2 = tl.load(pre + 2)
-    p3 = tl.load(pre + 3)
     d = dd
+    x0 = tl.load(x_row + 0 * sx_stream + d, mask=d < D, other=0.0)
+    x1 = tl.load(x_row + 1 * sx_stream + d, mask=d < D, other=0.0)
+    x2 = tl.load(x_row + 2 * sx_stream + d, mask=d < D, other=0.0)
+    x3 = tl.load(x_row + 3 * sx_stream + d, mask=d < D, other=0.0)
     sq = tl.zeros((BLOCK_Y,), tl.float32)
-    y = (p0 * tl.load(x_row + 0 * sx_stream + d, mask=d < D, other=0.0)
-         + p1 * tl.load(x_row + 1 * sx_stream + d, mask=d < D, other=0.0)
-         + p2 * tl.load(x_row + 2 * sx_stream + d, mask=d < D, other=0.0)
-         + p3 * tl.load(x_row + 3 * sx_stream + d, mask=d < D, other=0.0))
+    sq += x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3
+    ss = tl.sum(sq, axis=0)
+    ii = tl.arange(0, NP)
+    sb = tl.arange(0, SB)
+    m = tl.zeros((NP,), tl.float32)
+    for s0 in range(0, splits, SB):
+        s = s0 + sb
+        m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + ii[None, :],
+                            mask=(s < splits)[:, None] & (ii < N)[None, :], other=0.0,
+                            cache_modifier=".cg"), axis=0)
+    tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)
+    # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+    r = tl.rsqrt(ss / (N * D) + NORM_EPS)
+    pre = tl.sigmoid(m * r * tl.load(scale_ptr) + tl.load(base_ptr + ii, mask=ii < N, other=0.0))
+    pre += HC_EPS
+    p0 = tl.sum(tl.where(ii == 0, pre, 0.0), axis=0)
+    p1 = tl.sum(tl.where(ii == 1, pre, 0.0), axis=0)
+    p2 = tl.sum(tl.where(ii == 2, pre, 0.0), axis=0)
+    p3 = tl.sum(tl.where(ii == 3, pre, 0.0), axis=0)
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    y = p0 * x0 + p1 * x1 + p2 * x2 + p3 * x3
     sq += y * y
     inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
     y = y * inv
