@@ -1,6 +1,5 @@
 """mHC pre-site kernels: exactly `hyperloom.ir.semantics.hc.hc_pre`; one module, five kernels
-(`kernel_names`) run as one launch (`fused`: a decode step), two (up to WIDE_ROWS rows) or three
-(a prefill chunk).
+(`kernel_names`) run as one launch (`fused`: a decode step) or two.
 
 Inputs X fp32 [rows, n, D], fn [(2+n)*n, n*D] (bf16 or fp32), base fp32 [(2+n)*n], scale fp32 [3];
 outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), post fp32
@@ -17,11 +16,12 @@ iteration in registers; post, comb and y = sum_i pre[i] * X[i] (rms(y) with out_
 the next launch and CUDA-graph replays) and finishes the live rows in turn. Decode's one launch.
 {name}_proj + {name}_finish (grid (rows,)): the same work for a few rows, every row finished by
 its own program in parallel.
-{name}_proj + {name}_apply + {name}_gates: many rows. The projection runs in one wave of
-programs; the apply streams one X row a program, takes sum(x^2) and the n pre gates from it and
-the row's partials, writes y (a read-reduce-write whose only serial math is n sigmoids) and
-parks sum(x^2) in the scratch; the gates then take RB rows a program, post and the n x n Sinkhorn
-of every row in one [RB, n, n] tile (its reductions stay inside warps).
+{name}_proj + {name}_apply: many rows. The projection runs in one wave of programs; the apply
+streams one X row a program, takes sum(x^2) and the n pre gates from it and the row's partials,
+writes y (a read-reduce-write whose only serial math is n sigmoids) and parks sum(x^2) in the
+scratch; the last program of every RB rows (by ticket) then runs their post gates and the n x n
+Sinkhorn of every row in one [RB, n, n] tile (its reductions stay inside warps), behind the other
+rows' streaming.
 """
 
 from __future__ import annotations
@@ -34,19 +34,17 @@ import triton
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl, wrap
 from hyperloom.config import CONFIG
-from hyperloom.passes.kernel_plan import HC_WIDE_ROWS
 
 BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >= 16
-WIDE_ROWS = HC_WIDE_ROWS  # above this many rows: gates + apply (at 16 to 256 rows the finish is
-# faster)
-PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of gates + apply steps
+WIDE_ROWS = 512  # above this many rows: the apply (at 16 to 256 rows the finish is faster)
+PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of apply steps
 PROJ_RESIDENT = 2  # of those, programs a multiprocessor holds at once (shared memory)
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = 64  # splits whose partials a finish sums per load
 ROW_TILE = 16384  # X elements of one row a finish loads at once
 FINISH_WARPS = 16  # ROW_TILE / 512 threads = 32 registers each
-GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
+GATE_ROWS, GATE_SPLITS = 16, 16  # the gates of an apply's row block: rows, splits summed at once
 APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
 # at 16 (Sinkhorn's reductions cross fewer warps; it is 2.2 us of the 9.25)
@@ -76,8 +74,8 @@ class HCPreSpec:
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
-    """(one-launch, projection, finish, gates, apply kernels) defined by source(name, ...)."""
-    return name, f"{name}_proj", f"{name}_finish", f"{name}_gates", f"{name}_apply"
+    """(one-launch, projection, finish, apply kernels) defined by source(name, ...)."""
+    return name, f"{name}_proj", f"{name}_finish", f"{name}_apply"
 
 
 def _indent(text: str, by: int) -> str:
@@ -247,13 +245,12 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
 
 
 def _gates_body() -> str:
-    """A wide step's post and comb gates for RB rows, after the apply: their partials summed
-    over the splits SG at a time as one flat tile (a block's rows are contiguous in a split)
-    into scratch split `splits`, then gathered by kind; sum(x^2) as the apply parked it;
-    Sinkhorn over [RB, NP, NP]."""
+    """The post and comb gates of the RB rows from t0: their partials summed over the splits SG
+    at a time as one flat tile (a block's rows are contiguous in a split) into scratch split
+    `splits`, then gathered by kind; sum(x^2) as the apply parked it; Sinkhorn over
+    [RB, NP, NP]."""
     head, tail = runtime_loop("s0", "0", "splits", "SG", "")
-    return f'''t0 = tl.program_id(0) * RB
-flat = tl.arange(0, RB * JP)
+    return f'''flat = tl.arange(0, RB * JP)
 fmask = flat < (rows - t0) * JP
 sg = tl.arange(0, SG)
 acc = tl.zeros((SG, RB * JP), tl.float32)
@@ -273,7 +270,8 @@ at = part_ptr + (splits * rows_pad + t64) * JP
 m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
 m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
                  mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
-ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
+ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0,
+             cache_modifier=".cg")
 # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
 bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
@@ -325,11 +323,17 @@ m = tl.zeros((NP,), tl.float32)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
 pre = tl.sigmoid(m * r * tl.load(scale_ptr) + tl.load(base_ptr + ii, mask=ii < N, other=0.0))
 pre += HC_EPS
-{gates}{norm}{store}'''
+{gates}{norm}{store}# the last row of a block of RB to park sum(x^2) runs the block's gates
+tl.debug_barrier()
+t0 = row // RB * RB
+ticket = tl.atomic_add(count_ptr + row // RB, 1, sem="acq_rel")
+if ticket == tl.minimum(rows - t0, RB) - 1:
+    tl.store(count_ptr + row // RB, 0)  # zero for the next launch and CUDA-graph replays
+{_indent(_gates_body(), 4)}'''
 
 
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
-    fused, proj, finish, gates, apply = kernel_names(name)
+    fused, proj, finish, apply = kernel_names(name)
     consts = _constexprs(spec)
     out_eps = [] if spec.out_eps is None else [f"OUT_EPS: tl.constexpr = {spec.out_eps!r}"]
     params = _SIG + consts + out_eps
@@ -369,11 +373,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {gates}(", params, "):", 8)}
-{wait}{_indent(_gates_body(), 4)}
-
-@triton.jit(do_not_specialize={dns})
-{wrap(f"def {apply}(", params, "):", 8)}
+{wrap(f"def {apply}(", _SIG + ["count_ptr"] + consts + out_eps, "):", 8)}
 {wait}{_indent(_apply_body(spec), 4)}'''
 
 
@@ -398,29 +398,32 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
     """(fp32 partials, int32 zeroed ticket counters) for any launch of up to max_rows rows; the
     kernels leave the counters zeroed, so one pair serves every site in turn."""
     jp = _blocks(spec)["JP"]
-    part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, pre
+    part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, sum(x^2)
                for r in range(1, max_rows + 1, BLOCK_T) for fused in (True, False)
                for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
     return (torch.empty(part, dtype=torch.float32, device=device),
-            torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
+            torch.zeros(triton.cdiv(max_rows, min(BLOCK_T, GATE_ROWS)), dtype=torch.int32,
+                        device=device))
 
 
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
            part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool) -> None:
-    """kernels: the five of kernel_names(name), loaded; part, count: from scratch(spec, >=
+    """kernels: the four of kernel_names(name), loaded; part, count: from scratch(spec, >=
     rows). fused: one launch whose last program per row block finishes its rows in turn (the
     faster form for one row), else the projection and a finish program per row, or above
-    WIDE_ROWS rows the projection, gates over row blocks and an apply program per row."""
+    WIDE_ROWS rows the projection and an apply program per row, whose last of each RB rows
+    runs their gates."""
     if rows == 0:
         return
     for t in (x, fn, y, post, comb):
         assert t.stride(-1) == 1, "last dims must be contiguous"
     assert base.is_contiguous() and scale.is_contiguous()
-    one, proj, finish, gates, apply = kernels
+    one, proj, finish, apply = kernels
     b = _blocks(spec)
     block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
-    assert part.numel() >= (nsplit + 2) * rows_pad * b["JP"] and count.numel() >= row_blocks, \
+    tickets = row_blocks if fused else triton.cdiv(rows, GATE_ROWS)
+    assert part.numel() >= (nsplit + 2) * rows_pad * b["JP"] and count.numel() >= tickets, \
         "hc_pre scratch too small"
     kb_split = triton.cdiv(spec.n * triton.cdiv(spec.d, b["BLOCK_K"]), nsplit)
     args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
@@ -433,5 +436,4 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     if block == BLOCK_T:
         finish[(rows,)](*args, num_warps=FINISH_WARPS)
         return
-    apply[(rows,)](*args, num_warps=APPLY_WARPS)
-    gates[(triton.cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)
+    apply[(rows,)](*args, count, num_warps=APPLY_WARPS)
