@@ -244,12 +244,25 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
 {_indent(body, 4)}'''
 
 
-def _gates_body() -> str:
-    """The post and comb gates of the RB rows from t0: their partials summed over the splits SG
-    at a time as one flat tile (a block's rows are contiguous in a split) into scratch split
-    `splits`, then gathered by kind; sum(x^2) as the apply parked it; Sinkhorn over
-    [RB, NP, NP]."""
+_GATE_ARGS = ("t0 rows base_ptr scale_ptr post_ptr comb_ptr part_ptr rows_pad splits spost_row "
+              "scomb_row scomb_i").split()
+_GATE_CONSTS = "N D J NP JP RB SG NORM_EPS HC_EPS ITERS".split()
+
+
+def _gates_source() -> str:
+    """`_gates`: the post and comb gates of the RB rows from t0, in a function of its own (its
+    names would clash with the apply's): their partials summed over the splits SG at a time as
+    one flat tile (a block's rows are contiguous in a split) into scratch split `splits`, then
+    gathered by kind; sum(x^2) as the apply parked it; Sinkhorn over [RB, NP, NP]."""
     head, tail = runtime_loop("s0", "0", "splits", "SG", "")
+    params = _GATE_ARGS + [f"{c}: tl.constexpr" for c in _GATE_CONSTS]
+    return f'''
+@triton.jit
+{wrap("def _gates(", params, "):", 11)}
+{_indent(_gates_body(head, tail), 4)}'''
+
+
+def _gates_body(head: str, tail: str) -> str:
     return f'''flat = tl.arange(0, RB * JP)
 fmask = flat < (rows - t0) * JP
 sg = tl.arange(0, SG)
@@ -282,6 +295,12 @@ logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
 {_sinkhorn(1)}tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
          + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None, :, :])
 '''
+
+
+def _gates_call() -> str:
+    """The apply's call of `_gates`, wrapped at the column it will sit at (8: kernel, if)."""
+    call = wrap(" " * 8 + "_gates(", _GATE_ARGS + _GATE_CONSTS, ")", 15)
+    return "\n".join(line[4:] for line in call.splitlines())
 
 
 def _apply_body(spec: HCPreSpec) -> str:
@@ -328,8 +347,10 @@ tl.debug_barrier()
 t0 = row // RB * RB
 ticket = tl.atomic_add(count_ptr + row // RB, 1, sem="acq_rel")
 if ticket == tl.minimum(rows - t0, RB) - 1:
+    tl.debug_barrier()  # every thread reads behind the ticket's acquire
     tl.store(count_ptr + row // RB, 0)  # zero for the next launch and CUDA-graph replays
-{_indent(_gates_body(), 4)}'''
+{_gates_call()}
+'''
 
 
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
@@ -379,7 +400,8 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
     return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
-            f"{_partials_source()}\n{finish_source(spec)}\n{_kernels_source(name, spec)}")
+            f"{_partials_source()}\n{_gates_source()}\n{finish_source(spec)}\n"
+            f"{_kernels_source(name, spec)}")
 
 
 def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]:
