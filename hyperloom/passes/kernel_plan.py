@@ -31,6 +31,7 @@ INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
 APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of its own
 GEMV_ROWS = 16  # the most rows a GEMM takes its GEMV tiling for
+HC_WIDE_ROWS = 512  # above this many rows hc_pre's finish is gates + apply (emitters.hc_pre)
 KDA_CHUNKED_ROWS = 32  # a step whose longest run has this many rows takes the chunked KDA form
 KDA_CHUNK_LAUNCHES = 5  # its kernels (emitters.kda_chunk.kernel_names)
 
@@ -39,13 +40,13 @@ def folds(rows: int) -> bool:
     """Whether a step of `rows` rows finishes a folded mHC site in the GEMM before it
     (CONFIG.fold_sites), so that the site's own hc_pre launches nothing."""
     return rows <= NARROW_ROWS
-LAUNCHES = {"attention": (1, 2), "hc_pre": (1, 2),  # (narrow step, wide step)
+LAUNCHES = {"attention": (1, 2),  # (narrow step, wide step)
             "moe_router": (2, 2), "dsa": (3, 3), "mla": (3, 3)}
 MOE_ROUTE_PAIRS = 1024  # (row, expert) pairs one route program sorts: more add a count kernel
 GRIDS = {
     "embedding": "(R,)",
     "matmul": "(cdiv(R, BM), cdiv(N, BN))",
-    "hc_pre": "(cdiv(R, BT), splits) [; finish | apply (R,)]",
+    "hc_pre": "(cdiv(R, BT), splits) [; finish (R,) | gates (R/RB,) ; apply (R,)]",
     "hc_post": "(R, cdiv(D, BD))",
     "attention": "decode: split (R, kv_heads, S) | rope_kv (R,) ; attend",
     "kda": "(R, heads, d / BV) | chunked: (1,) ; (chunks, heads, C/16) ; (chunks, heads) ; "
@@ -138,9 +139,10 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
     hc_head_mean) runs a stream-mean norm kernel before its GEMM; a GEMM with the hc_post
     epilogue runs hc_post apart above APART_ROWS rows, and its gated norm prologue as a kernel of
     its own; attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write,
-    then attend; hc_pre finishes more than one row in a second kernel; routed experts count
-    their pairs in a kernel of its own past MOE_ROUTE_PAIRS; KDA takes its chunked kernels for a
-    run of KDA_CHUNKED_ROWS rows (counted here by the step's rows)."""
+    then attend; hc_pre finishes 2 to HC_WIDE_ROWS rows in a second kernel, more in two (gates,
+    apply); routed experts count their pairs in a kernel of its own past MOE_ROUTE_PAIRS; KDA
+    takes its chunked kernels for a run of KDA_CHUNKED_ROWS rows (counted here by the step's
+    rows)."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
         return ((None, 2),)
@@ -150,6 +152,8 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
         return (APART_ROWS, 1), (None, 2)
     if emitter == "kda":
         return (KDA_CHUNKED_ROWS - 1, 1), (None, KDA_CHUNK_LAUNCHES)
+    if emitter == "hc_pre":
+        return (NARROW_ROWS, 1), (HC_WIDE_ROWS, 2), (None, 3)
     if emitter == "moe_experts":  # ids [T, top_k]
         return (MOE_ROUTE_PAIRS // int(types[node.args[2]].shape[1]), 4), (None, 5)
     narrow, wide = LAUNCHES.get(emitter, (1, 1))

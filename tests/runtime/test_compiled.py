@@ -14,6 +14,7 @@ import hyperloom
 from hyperloom.config import overrides
 from hyperloom.ir.ops import Op
 from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
+from hyperloom.passes import kernel_plan
 from hyperloom.runtime import launchers
 from hyperloom.models.random_weights import random_weights
 from tests.tolerances import assert_close
@@ -99,13 +100,13 @@ def test_kda_output_norm_runs_before_o_proj():
 
 
 def test_plan_counts_hc_pre_launches():
-    # one row: the one launch (or none, folded); then projection + finish, above WIDE_ROWS
-    # projection + apply
-    wide = hc_pre_emitter.WIDE_ROWS
+    # one row: the one launch (or none, folded); then projection + finish; above HC_WIDE_ROWS
+    # projection + gates + apply
+    wide = kernel_plan.HC_WIDE_ROWS
     sites = [k for k in _plan("llama", "tiny-hc").plan.kernels if k.emitter == "hc_pre"]
     assert sites
     for k in sites:
-        assert [k.launches_at(r) for r in (2, wide, wide + 1)] == [2, 2, 2]
+        assert [k.launches_at(r) for r in (2, wide, wide + 1)] == [2, 2, 3]
         assert k.launches_at(1) == (0 if k.folded else 1)
 
 
@@ -341,6 +342,7 @@ def test_a_step_launches_what_the_plan_counts(model, config, rows, seqs, monkeyp
     log: list = []
     real = launchers.load
     monkeypatch.setattr(launchers, "load", lambda *a, **kw: _Counting(real(*a, **kw), log))
+    monkeypatch.setattr(kernel_plan, "HC_WIDE_ROWS", 32)
     monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", 32)
     _, comp = engines(model, config, prefill_chunk=72)
     n = rows // seqs

@@ -1,5 +1,6 @@
 """mHC pre-site kernels: exactly `hyperloom.ir.semantics.hc.hc_pre`; one module, five kernels
-(`kernel_names`) run as one launch (`fused`: a decode step) or two.
+(`kernel_names`) run as one launch (`fused`: a decode step), two (up to WIDE_ROWS rows) or three
+(a prefill chunk).
 
 Inputs X fp32 [rows, n, D], fn [(2+n)*n, n*D] (bf16 or fp32), base fp32 [(2+n)*n], scale fp32 [3];
 outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), post fp32
@@ -16,12 +17,11 @@ iteration in registers; post, comb and y = sum_i pre[i] * X[i] (rms(y) with out_
 the next launch and CUDA-graph replays) and finishes the live rows in turn. Decode's one launch.
 {name}_proj + {name}_finish (grid (rows,)): the same work for a few rows, every row finished by
 its own program in parallel.
-{name}_proj + {name}_apply: many rows. The projection runs in one wave of programs; the apply
-streams one X row a program, takes sum(x^2) and the n pre gates from it and the row's partials,
-writes y (a read-reduce-write whose only serial math is n sigmoids) and parks sum(x^2) in the
-scratch; the last program of every RB rows (by ticket) then runs their post gates and the n x n
-Sinkhorn of every row in one [RB, n, n] tile (its reductions stay inside warps), behind the other
-rows' streaming.
+{name}_proj + {name}_apply + {name}_gates: many rows. The projection runs in one wave of
+programs; the apply streams one X row a program, takes sum(x^2) and the n pre gates from it and
+the row's partials, writes y (a read-reduce-write whose only serial math is n sigmoids) and
+parks sum(x^2) in the scratch; the gates then take RB rows a program, post and the n x n Sinkhorn
+of every row in one [RB, n, n] tile (its reductions stay inside warps).
 """
 
 from __future__ import annotations
@@ -34,17 +34,19 @@ import triton
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl, wrap
 from hyperloom.config import CONFIG
+from hyperloom.passes.kernel_plan import HC_WIDE_ROWS
 
 BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >= 16
-WIDE_ROWS = 512  # above this many rows: the apply (at 16 to 256 rows the finish is faster)
-PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of apply steps
+WIDE_ROWS = HC_WIDE_ROWS  # above this many rows: apply + gates (at 16 to 256 rows the finish is
+# faster)
+PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of apply + gates steps
 PROJ_RESIDENT = 2  # of those, programs a multiprocessor holds at once (shared memory)
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = 64  # splits whose partials a finish sums per load
 ROW_TILE = 16384  # X elements of one row a finish loads at once
 FINISH_WARPS = 16  # ROW_TILE / 512 threads = 32 registers each
-GATE_ROWS, GATE_SPLITS = 16, 16  # the gates of an apply's row block: rows, splits summed at once
+GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
 APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
 # at 16 (Sinkhorn's reductions cross fewer warps; it is 2.2 us of the 9.25)
@@ -74,8 +76,8 @@ class HCPreSpec:
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
-    """(one-launch, projection, finish, apply kernels) defined by source(name, ...)."""
-    return name, f"{name}_proj", f"{name}_finish", f"{name}_apply"
+    """(one-launch, projection, finish, apply, gates kernels) defined by source(name, ...)."""
+    return name, f"{name}_proj", f"{name}_finish", f"{name}_apply", f"{name}_gates"
 
 
 def _indent(text: str, by: int) -> str:
@@ -250,10 +252,10 @@ _GATE_CONSTS = "N D J NP JP RB SG NORM_EPS HC_EPS ITERS".split()
 
 
 def _gates_source() -> str:
-    """`_gates`: the post and comb gates of the RB rows from t0, in a function of its own (its
-    names would clash with the apply's): their partials summed over the splits SG at a time as
-    one flat tile (a block's rows are contiguous in a split) into scratch split `splits`, then
-    gathered by kind; sum(x^2) as the apply parked it; Sinkhorn over [RB, NP, NP]."""
+    """`_gates`: the post and comb gates of the RB rows from t0: their partials summed over the
+    splits SG at a time as one flat tile (a block's rows are contiguous in a split) into scratch
+    split `splits`, then gathered by kind; sum(x^2) as the apply parked it; Sinkhorn over
+    [RB, NP, NP]."""
     head, tail = runtime_loop("s0", "0", "splits", "SG", "")
     params = _GATE_ARGS + [f"{c}: tl.constexpr" for c in _GATE_CONSTS]
     return f'''
@@ -297,12 +299,6 @@ logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
 '''
 
 
-def _gates_call() -> str:
-    """The apply's call of `_gates`, wrapped at the column it will sit at (8: kernel, if)."""
-    call = wrap(" " * 8 + "_gates(", _GATE_ARGS + _GATE_CONSTS, ")", 15)
-    return "\n".join(line[4:] for line in call.splitlines())
-
-
 def _apply_body(spec: HCPreSpec) -> str:
     """A wide step's y for one row: sum(x^2) from its streams (in registers when the row fits,
     else a first pass; parked for the gates), its pre gates from the summed partials, then
@@ -342,19 +338,11 @@ m = tl.zeros((NP,), tl.float32)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
 pre = tl.sigmoid(m * r * tl.load(scale_ptr) + tl.load(base_ptr + ii, mask=ii < N, other=0.0))
 pre += HC_EPS
-{gates}{norm}{store}# the last row of a block of RB to park sum(x^2) runs the block's gates
-tl.debug_barrier()
-t0 = row // RB * RB
-ticket = tl.atomic_add(count_ptr + row // RB, 1, sem="acq_rel")
-if ticket == tl.minimum(rows - t0, RB) - 1:
-    tl.debug_barrier()  # every thread reads behind the ticket's acquire
-    tl.store(count_ptr + row // RB, 0)  # zero for the next launch and CUDA-graph replays
-{_gates_call()}
-'''
+{gates}{norm}{store}'''
 
 
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
-    fused, proj, finish, apply = kernel_names(name)
+    fused, proj, finish, apply, gates = kernel_names(name)
     consts = _constexprs(spec)
     out_eps = [] if spec.out_eps is None else [f"OUT_EPS: tl.constexpr = {spec.out_eps!r}"]
     params = _SIG + consts + out_eps
@@ -394,8 +382,13 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {apply}(", _SIG + ["count_ptr"] + consts + out_eps, "):", 8)}
-{wait}{_indent(_apply_body(spec), 4)}'''
+{wrap(f"def {apply}(", params, "):", 8)}
+{wait}{_indent(_apply_body(spec), 4)}
+
+@triton.jit(do_not_specialize={dns})
+{wrap(f"def {gates}(", params, "):", 8)}
+{wait}{wrap("    _gates(", ["tl.program_id(0) * RB"] + _GATE_ARGS[1:] + _GATE_CONSTS, ")", 11)}
+'''
 
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
@@ -424,28 +417,25 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
                for r in range(1, max_rows + 1, BLOCK_T) for fused in (True, False)
                for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
     return (torch.empty(part, dtype=torch.float32, device=device),
-            torch.zeros(triton.cdiv(max_rows, min(BLOCK_T, GATE_ROWS)), dtype=torch.int32,
-                        device=device))
+            torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
 
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
            part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool) -> None:
-    """kernels: the four of kernel_names(name), loaded; part, count: from scratch(spec, >=
+    """kernels: the five of kernel_names(name), loaded; part, count: from scratch(spec, >=
     rows). fused: one launch whose last program per row block finishes its rows in turn (the
     faster form for one row), else the projection and a finish program per row, or above
-    WIDE_ROWS rows the projection and an apply program per row, whose last of each RB rows
-    runs their gates."""
+    WIDE_ROWS rows the projection, an apply program per row and gates over row blocks."""
     if rows == 0:
         return
     for t in (x, fn, y, post, comb):
         assert t.stride(-1) == 1, "last dims must be contiguous"
     assert base.is_contiguous() and scale.is_contiguous()
-    one, proj, finish, apply = kernels
+    one, proj, finish, apply, gates = kernels
     b = _blocks(spec)
     block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
-    tickets = row_blocks if fused else triton.cdiv(rows, GATE_ROWS)
-    assert part.numel() >= (nsplit + 2) * rows_pad * b["JP"] and count.numel() >= tickets, \
+    assert part.numel() >= (nsplit + 2) * rows_pad * b["JP"] and count.numel() >= row_blocks, \
         "hc_pre scratch too small"
     kb_split = triton.cdiv(spec.n * triton.cdiv(spec.d, b["BLOCK_K"]), nsplit)
     args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
@@ -458,4 +448,5 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     if block == BLOCK_T:
         finish[(rows,)](*args, num_warps=FINISH_WARPS)
         return
-    apply[(rows,)](*args, count, num_warps=APPLY_WARPS)
+    apply[(rows,)](*args, num_warps=APPLY_WARPS)
+    gates[(triton.cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)

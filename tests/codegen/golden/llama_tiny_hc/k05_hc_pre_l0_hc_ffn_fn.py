@@ -210,12 +210,12 @@ def k05_hc_pre_l0_hc_ffn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
 def k05_hc_pre_l0_hc_ffn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
-        scomb_row, scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64,
-        J: tl.constexpr = 24, NP: tl.constexpr = 4, JP: tl.constexpr = 32,
-        BLOCK_T: tl.constexpr = 16, BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64,
-        BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64, RB: tl.constexpr = 16,
-        SG: tl.constexpr = 16, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
-        ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     row = tl.program_id(0).to(tl.int64)
     dd = tl.arange(0, BLOCK_Y)
@@ -251,12 +251,17 @@ def k05_hc_pre_l0_hc_ffn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
     inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
     y = y * inv
     tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
-    # the last row of a block of RB to park sum(x^2) runs the block's gates
-    tl.debug_barrier()
-    t0 = row // RB * RB
-    ticket = tl.atomic_add(count_ptr + row // RB, 1, sem="acq_rel")
-    if ticket == tl.minimum(rows - t0, RB) - 1:
-        tl.debug_barrier()  # every thread reads behind the ticket's acquire
-        tl.store(count_ptr + row // RB, 0)  # zero for the next launch and CUDA-graph replays
-        _gates(t0, rows, base_ptr, scale_ptr, post_ptr, comb_ptr, part_ptr, rows_pad, splits,
-               spost_row, scomb_row, scomb_i, N, D, J, NP, JP, RB, SG, NORM_EPS, HC_EPS, ITERS)
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k05_hc_pre_l0_hc_ffn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    _gates(tl.program_id(0) * RB, rows, base_ptr, scale_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
+           splits, spost_row, scomb_row, scomb_i, N, D, J, NP, JP, RB, SG, NORM_EPS, HC_EPS, ITERS)
