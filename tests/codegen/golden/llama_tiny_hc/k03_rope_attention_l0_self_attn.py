@@ -85,7 +85,10 @@ def k03_rope_attention_l0_self_attn(q_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     kvh = tl.program_id(1)
     i = tl.arange(0, BM)
-    r = tl.program_id(0) * BLOCK_M + i // GP  # query row i -> (step row r, group head g)
+    # the last row blocks first: in a causal prefill chunk they walk the most keys, so the
+    # short ones fill the tail of the launch
+    rb = tl.num_programs(0) - 1 - tl.program_id(0)
+    r = rb * BLOCK_M + i // GP  # query row i -> (step row r, group head g)
     g = i % GP
     in_rows = r < rows
     slot = tl.load(slot_ptr + r, mask=in_rows, other=-1)
