@@ -95,6 +95,25 @@ def test_hc_pre(n: int, d: int, rows: int, sms: int, out_eps, monkeypatch) -> No
     assert_close(case.comb[:rows].sum(-2), torch.ones(rows, n), torch.float32, "column sums")
 
 
+@pytest.mark.parametrize("name, bad, message", [
+    ("comb", lambda c: c.comb[:, :3, :3], r"hc_pre comb: \[>= 5, 4, 4\].*\(8, 3, 3\)"),
+    ("x", lambda c: c.x[:4], r"hc_pre x: \[>= 5, 4, 64\].*\(4, 4, 64\)"),
+    ("fn", lambda c: c.fn.t(), r"hc_pre fn: \[24, 256\] with a contiguous last dim"),
+    ("post", lambda c: c.post.double(), r"hc_pre post: float32, got torch.float64"),
+    ("part", lambda c: c.part[:10], r"hc_pre scratch for 5 rows: partials >= \d+"),
+])
+def test_bad_operand_is_named_before_launch(name: str, bad, message: str) -> None:
+    spec = HCPreSpec(n=4, d=64, norm_eps=1e-6, hc_eps=1e-6, iters=20)
+    case = Case(spec, 5, "cpu", torch.float32, strided=False, seed=3)
+    case.part, count = scratch(spec, 5, "cpu")
+    ops = {"x": case.x, "fn": case.fn, "base": case.base, "scale": case.scale, "y": case.y,
+           "post": case.post, "comb": case.comb, "part": case.part}
+    ops[name] = bad(case)
+    with pytest.raises(ValueError, match=message):
+        launch((None,) * 5, spec, **ops, count=count, rows=5, fused=False)
+    assert case.y.isnan().all() and case.post.isnan().all(), "nothing may run"
+
+
 @pytest.mark.parametrize("rows", [513, 600, 2048, 4096, 8192, 40000])
 def test_wide_projection_runs_in_one_wave(rows: int) -> None:
     # as many K splits as keep every program of the projection resident at once (a second,

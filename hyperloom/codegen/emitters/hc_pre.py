@@ -420,6 +420,24 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
             torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
 
+def _check(spec: HCPreSpec, rows: int, **tensors: torch.Tensor) -> None:
+    """Every operand's shape (rows: at least `rows`), dtype and contiguous last dim, by name."""
+    n, d, j = spec.n, spec.d, (2 + spec.n) * spec.n
+    want = {"x": ((n, d), True), "fn": ((j, n * d), False), "base": ((j,), False),
+            "scale": ((3,), False), "y": ((d,), True), "post": ((n,), True),
+            "comb": ((n, n), True)}
+    for name, (shape, per_row) in want.items():
+        t = tensors[name]
+        got = tuple(t.shape[1:]) if per_row else tuple(t.shape)
+        if got != shape or (per_row and t.shape[0] < rows) or t.stride(-1) != 1:
+            text = f"[>= {rows}, {', '.join(map(str, shape))}]" if per_row else list(shape)
+            raise ValueError(f"hc_pre {name}: {text} with a contiguous last dim, got "
+                             f"{tuple(t.shape)} with strides {t.stride()}")
+    for name in ("x", "base", "scale", "post", "comb"):
+        if tensors[name].dtype != torch.float32:
+            raise ValueError(f"hc_pre {name}: float32, got {tensors[name].dtype}")
+
+
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
            part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool) -> None:
@@ -427,16 +445,17 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     rows). fused: one launch whose last program per row block finishes its rows in turn (the
     faster form for one row), else the projection and a finish program per row, or above
     WIDE_ROWS rows the projection, an apply program per row and gates over row blocks."""
+    _check(spec, rows, x=x, fn=fn, base=base, scale=scale, y=y, post=post, comb=comb)
     if rows == 0:
         return
-    for t in (x, fn, y, post, comb):
-        assert t.stride(-1) == 1, "last dims must be contiguous"
-    assert base.is_contiguous() and scale.is_contiguous()
     one, proj, finish, apply, gates = kernels
     b = _blocks(spec)
     block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
-    assert part.numel() >= (nsplit + 2) * rows_pad * b["JP"] and count.numel() >= row_blocks, \
-        "hc_pre scratch too small"
+    need = ((nsplit + 2) * rows_pad * b["JP"], row_blocks)
+    if part.numel() < need[0] or count.numel() < row_blocks:
+        raise ValueError(f"hc_pre scratch for {rows} rows: partials >= {need[0]} and counters >= "
+                         f"{need[1]}, got {part.numel()} and {count.numel()} (scratch(spec, "
+                         f">= {rows}) allocates them)")
     kb_split = triton.cdiv(spec.n * triton.cdiv(spec.d, b["BLOCK_K"]), nsplit)
     args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
             x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),
