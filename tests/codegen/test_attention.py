@@ -344,6 +344,15 @@ def test_paged_arguments_are_checked() -> None:
             spec_for(4, 2, 16, block_size=bad)
 
 
+def test_strided_last_dim_is_named() -> None:
+    step = Step(spec_for(4, 2, 16), [0], [3], slots=1, capacity=16)
+    _, attend, _ = step.kernels()
+    o = torch.empty(step.o.shape[1], step.o.shape[0]).t()  # last dim strided
+    with pytest.raises(ValueError, match=r"attention o: a contiguous last dim, got \(\d+, 64\)"):
+        launch_attend(attend, step.spec, q=step.q_out, k_cache=step.k_cache,
+                      v_cache=step.v_cache, pos=step.pos, slot=step.slot, o=o, rows=1)
+
+
 # split-KV decode: chunk = pos + 1 keys over the splits, in whole SPLIT_N (64) key blocks.
 # Lengths 1, 64, 200 and 300 at 4 splits: one split of 1 key; one of 64; four 64-key chunks,
 # the last of 8; 128-key chunks (two blocks each), the last of 44. Capacity 300.

@@ -417,9 +417,11 @@ def source(name: str, spec: AttentionSpec, header: str = "") -> str:
             f"{_MERGE}\n{_split_source(split, spec)}")
 
 
-def _check(*tensors: torch.Tensor) -> None:
-    for t in tensors:
-        assert t.stride(-1) == 1, "last dims must be contiguous"
+def _check(**tensors: torch.Tensor) -> None:
+    for name, t in tensors.items():
+        if t.stride(-1) != 1:
+            raise ValueError(f"attention {name}: a contiguous last dim, got {tuple(t.shape)} "
+                             f"with strides {t.stride()}")
 
 
 def _table(spec: AttentionSpec, block_table: torch.Tensor | None, k_cache: torch.Tensor,
@@ -450,7 +452,7 @@ def launch_rope_kv(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Ten
     table, capacity = _table(spec, block_table, k_cache, v_cache)
     if rows == 0:
         return
-    _check(q, k, v, k_cache, v_cache, q_out)
+    _check(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, q_out=q_out)
     assert not spec.rope or (inv_freq is not None and inv_freq.dtype == torch.float32)
     inv = inv_freq if spec.rope else pos  # never read without RoPE
     kernel[(rows,)](q, k, v, pos, slot, inv, q_out, k_cache, v_cache,
@@ -475,7 +477,7 @@ def launch_attend(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torc
     table, _ = _table(spec, block_table, k_cache, v_cache)
     if rows == 0:
         return
-    _check(q, k_cache, v_cache, o)
+    _check(q=q, k_cache=k_cache, v_cache=v_cache, o=o)
     block_m, gp = tiling(spec, seq_rows)
     kernel[(triton.cdiv(rows, block_m), spec.kv_heads)](
         q, k_cache, v_cache, pos, slot, o, rows, q.stride(0), o.stride(0),
@@ -519,7 +521,7 @@ def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tenso
     table, capacity = _table(spec, block_table, k_cache, v_cache)
     if rows == 0:
         return
-    _check(q, k, v, k_cache, v_cache, o)
+    _check(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, o=o)
     assert not spec.rope or (inv_freq is not None and inv_freq.dtype == torch.float32)
     acc, ml, count = part
     n = acc.shape[2]
