@@ -27,3 +27,10 @@ class InputError(HyperloomError):
 
 class CodegenError(HyperloomError):
     """A kernel-plan entry that no emitter can generate (names the emitters that exist)."""
+
+
+def require(ok: bool, message: str) -> None:
+    """A kernel launch's contract on its operands: ValueError(message) unless ok (an assert
+    would vanish under `python -O` and let an out-of-bounds launch through)."""
+    if not ok:
+        raise ValueError(message)

@@ -279,6 +279,20 @@ def test_gated_rmsnorm_refuses_a_group_off_k():
         spec_for(96, 40, "gated_rmsnorm", "store", group=64)
 
 
+@pytest.mark.parametrize("name, cut, message", [
+    ("x", lambda c: c.x[:4], r"matmul x: 2 dims, \[>= 5, \.\.\., 40\], got \(4, 40\)"),
+    ("out", lambda c: c.out[:3], r"matmul out: 3 dims, \[>= 5, \.\.\., 72\], got \(3, 4, 72\)"),
+    ("comb", lambda c: c.comb[:, :3, :3], r"matmul comb: \[>= 5, 4, 4\].*\(\d+, 3, 3\)"),
+    ("stream", lambda c: c.stream[:, :2], r"matmul stream: \[>= 5, 4, 72\], got \(\d+, 2, 72\)"),
+])
+def test_short_or_misshapen_operand_is_named_before_launch(name, cut, message):
+    c = Case(spec_for(40, 72, "none", "hc_post"), 5, "cpu", torch.float32, False, seed=4)
+    setattr(c, name, cut(c))
+    with pytest.raises(ValueError, match=message):
+        c.launch()
+    assert torch.isnan(c.out).all(), "nothing may run"
+
+
 @pytest.mark.parametrize("rows", [65, 90])
 @pytest.mark.parametrize("prologue", ["none", "rmsnorm"])
 def test_wide_hc_post_step(prologue, rows):

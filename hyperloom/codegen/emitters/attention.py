@@ -40,6 +40,7 @@ import triton
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
+from hyperloom.errors import require
 
 BLOCK_N = 64  # keys per iteration
 # split-KV decode, swept on the H200 (one row, 32 x 128 heads, 8 kv heads): 64 keys a step,
@@ -419,9 +420,14 @@ def source(name: str, spec: AttentionSpec, header: str = "") -> str:
 
 def _check(**tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
-        if t.stride(-1) != 1:
-            raise ValueError(f"attention {name}: a contiguous last dim, got {tuple(t.shape)} "
-                             f"with strides {t.stride()}")
+        require(t.stride(-1) == 1, f"attention {name}: a contiguous last dim, got "
+                                   f"{tuple(t.shape)} with strides {t.stride()}")
+
+
+def _check_rope(spec: AttentionSpec, inv_freq: torch.Tensor | None) -> None:
+    require(not spec.rope or (inv_freq is not None and inv_freq.dtype == torch.float32),
+            "attention with RoPE: inv_freq float32 [head_dim / 2], got "
+            f"{None if inv_freq is None else inv_freq.dtype}")
 
 
 def _table(spec: AttentionSpec, block_table: torch.Tensor | None, k_cache: torch.Tensor,
@@ -453,7 +459,7 @@ def launch_rope_kv(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Ten
     if rows == 0:
         return
     _check(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, q_out=q_out)
-    assert not spec.rope or (inv_freq is not None and inv_freq.dtype == torch.float32)
+    _check_rope(spec, inv_freq)
     inv = inv_freq if spec.rope else pos  # never read without RoPE
     kernel[(rows,)](q, k, v, pos, slot, inv, q_out, k_cache, v_cache,
                     q.stride(0), k.stride(0), v.stride(0), q_out.stride(0),
@@ -522,12 +528,13 @@ def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tenso
     if rows == 0:
         return
     _check(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, o=o)
-    assert not spec.rope or (inv_freq is not None and inv_freq.dtype == torch.float32)
+    _check_rope(spec, inv_freq)
     acc, ml, count = part
     n = acc.shape[2]
-    assert acc.shape == (acc.shape[0], spec.heads, n, spec.head_dim) and acc.shape[0] >= rows \
-        and ml.shape == (acc.shape[0], spec.heads, 2, n) \
-        and tuple(count.shape) == (acc.shape[0], spec.kv_heads), "attention scratch does not fit"
+    require(acc.shape == (acc.shape[0], spec.heads, n, spec.head_dim) and acc.shape[0] >= rows
+            and ml.shape == (acc.shape[0], spec.heads, 2, n)
+            and tuple(count.shape) == (acc.shape[0], spec.kv_heads),
+            f"attention scratch for {rows} rows: scratch(spec, >= {rows}, ...) allocates it")
     # fewer splits when rows x kv heads already fill the GPU (the partials stay packed per
     # launch: the kernel indexes them by its own split count)
     n = min(n, max(1, triton.cdiv(4 * SMS, rows * spec.kv_heads)))

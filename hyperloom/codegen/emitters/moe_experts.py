@@ -28,6 +28,7 @@ import triton
 from hyperloom.codegen.emitters.matmul_tiles import fit_smem
 from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
+from hyperloom.errors import require
 from hyperloom.passes.kernel_plan import MOE_ROUTE_PAIRS
 
 GEMV_ROWS = 16  # at most this many rows per expert on average: GEMV tiling
@@ -304,16 +305,18 @@ def scratch(spec: ExpertsSpec, rows: int, dtype: torch.dtype, device) -> Work:
 def _check(spec: ExpertsSpec, x, weights, ids, wg, wu, wd, out, rows: int, work: Work) -> None:
     e, h, i, k = spec.experts, spec.hidden, spec.inter, spec.top_k
     for name, t in (("x", x), ("out", out)):
-        assert t.dim() == 2 and t.shape[1] == h and t.shape[0] >= rows and t.stride(1) == 1, \
-            f"experts {name}: [>= {rows}, {h}], got {tuple(t.shape)}"
+        require(t.dim() == 2 and t.shape[1] == h and t.shape[0] >= rows and t.stride(1) == 1,
+                f"experts {name}: [>= {rows}, {h}], got {tuple(t.shape)}")
     for name, t, dt in (("weights", weights, torch.float32), ("ids", ids, torch.int32)):
-        assert t.dim() == 2 and t.shape[1] == k and t.shape[0] >= rows and t.stride(1) == 1 \
-            and t.dtype == dt, f"experts {name}: {dt} [>= {rows}, {k}], got {tuple(t.shape)}"
+        require(t.dim() == 2 and t.shape[1] == k and t.shape[0] >= rows and t.stride(1) == 1
+                and t.dtype == dt,
+                f"experts {name}: {dt} [>= {rows}, {k}], got {t.dtype} {tuple(t.shape)}")
     for name, t, shape in (("wg", wg, (e, i, h)), ("wu", wu, (e, i, h)), ("wd", wd, (e, h, i))):
-        assert tuple(t.shape) == shape and t.is_contiguous(), \
-            f"experts {name}: contiguous {list(shape)}, got {tuple(t.shape)}"
-    assert work.order.numel() >= rows * k and work.h.shape[1] == i \
-        and work.counts.shape[0] >= _chunks(rows * k), "experts scratch too small"
+        require(tuple(t.shape) == shape and t.is_contiguous(),
+                f"experts {name}: contiguous {list(shape)}, got {tuple(t.shape)}")
+    require(work.order.numel() >= rows * k and work.h.shape[1] == i
+            and work.counts.shape[0] >= _chunks(rows * k),
+            f"experts scratch for {rows} rows: scratch(spec, >= {rows}, ...) allocates it")
 
 
 def launch(kernels, spec: ExpertsSpec, *, x: torch.Tensor, weights: torch.Tensor,
