@@ -40,7 +40,7 @@ BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >=
 WIDE_ROWS = HC_WIDE_ROWS  # above this many rows: apply + gates (at 16 to 256 rows the finish is
 # faster)
 PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of apply + gates steps
-PROJ_RESIDENT = 2  # of those, programs a multiprocessor holds at once (shared memory)
+PROJ_RESIDENT = 2  # of those, programs a multiprocessor runs at once (H200: 256 ran as one wave)
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = 64  # splits whose partials a finish sums per load
