@@ -239,15 +239,21 @@ def test_table_reports_vs_b1_and_the_issue_targets():
 
     results = [res("decode b1 ctx1024", 1e-3, 1.0, 1, 1024),
                res("decode b16 ctx1024", 1.4e-3, 1.0, 16, 1024),
-               res("decode b1 ctx32768", 1e-3, 0.65, 1, 32768)]
+               res("decode b1 ctx32768", 1e-3, 0.65, 1, 32768),
+               res("decode b1 ctx8192", 1e-3, 0.5, 1, 8192)]  # no target of its own
+    results[0].baselines_s["reduce-overhead"] = 2.2e-3
     rec = report.record(results, Limits(1e3, 1.0), _meta())
-    assert [r["vs_b1"] for r in rec["results"]] == [None, pytest.approx(1.4), None]
+    assert [r["vs_b1"] for r in rec["results"]] == [None, pytest.approx(1.4), None, None]
     text = report.table(rec)
     b16 = next(ln for ln in text.splitlines() if ln.startswith("decode b16"))
     assert "vs b1" in text and b16.endswith("1.40x")
     assert "decode b16 ctx1024: vs_b1 1.400 (target <= 1.5): met" in text
     assert "decode b1 ctx32768: fraction_of_limit 0.650 (target >= 0.7): MISSED" in text
-    assert report.targets(report.record(results[:1], Limits(1e3, 1.0), _meta())) == []
+    # issue 4's: a dotted field reads the speedup over one baseline mode
+    assert "decode b1 ctx1024: speedup.reduce-overhead 2.200 (target >= 2.5): MISSED" in text
+    assert "decode b1 ctx1024: fraction_of_limit 1.000 (target >= 0.7): met" in text
+    assert "ctx8192" not in text.split("targets (issues 4-8)")[1]
+    assert report.targets(report.record(results[3:], Limits(1e3, 1.0), _meta())) == []
 
 
 def test_bench_on_cpu_refuses_big_configs(capsys):
