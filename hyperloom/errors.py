@@ -1,5 +1,7 @@
 """Every error hyperloom raises on bad input, by area. Each message names the offending thing."""
 
+from collections.abc import Callable
+
 
 class HyperloomError(Exception):
     """Base class: the CLI prints these as one line, without a traceback."""
@@ -29,8 +31,9 @@ class CodegenError(HyperloomError):
     """A kernel-plan entry that no emitter can generate (names the emitters that exist)."""
 
 
-def require(ok: bool, message: str) -> None:
+def require(ok: bool, message: str | Callable[[], str]) -> None:
     """A kernel launch's contract on its operands: ValueError(message) unless ok (an assert
-    would vanish under `python -O` and let an out-of-bounds launch through)."""
+    would vanish under `python -O` and let an out-of-bounds launch through). A callable message
+    is formatted only on failure: launches of eager steps check on every call."""
     if not ok:
-        raise ValueError(message)
+        raise ValueError(message() if callable(message) else message)

@@ -420,14 +420,14 @@ def source(name: str, spec: AttentionSpec, header: str = "") -> str:
 
 def _check(**tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
-        require(t.stride(-1) == 1, f"attention {name}: a contiguous last dim, got "
-                                   f"{tuple(t.shape)} with strides {t.stride()}")
+        require(t.stride(-1) == 1, lambda: f"attention {name}: a contiguous last dim, got "
+                                           f"{tuple(t.shape)} with strides {t.stride()}")
 
 
 def _check_rope(spec: AttentionSpec, inv_freq: torch.Tensor | None) -> None:
     require(not spec.rope or (inv_freq is not None and inv_freq.dtype == torch.float32),
-            "attention with RoPE: inv_freq float32 [head_dim / 2], got "
-            f"{None if inv_freq is None else inv_freq.dtype}")
+            lambda: "attention with RoPE: inv_freq float32 [head_dim / 2], got "
+                    f"{None if inv_freq is None else inv_freq.dtype}")
 
 
 def _table(spec: AttentionSpec, block_table: torch.Tensor | None, k_cache: torch.Tensor,
@@ -534,7 +534,8 @@ def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tenso
     require(acc.shape == (acc.shape[0], spec.heads, n, spec.head_dim) and acc.shape[0] >= rows
             and ml.shape == (acc.shape[0], spec.heads, 2, n)
             and tuple(count.shape) == (acc.shape[0], spec.kv_heads),
-            f"attention scratch for {rows} rows: scratch(spec, >= {rows}, ...) allocates it")
+            lambda: f"attention scratch for {rows} rows: scratch(spec, >= {rows}, ...) "
+                    "allocates it")
     # fewer splits when rows x kv heads already fill the GPU (the partials stay packed per
     # launch: the kernel indexes them by its own split count)
     n = min(n, max(1, triton.cdiv(4 * SMS, rows * spec.kv_heads)))

@@ -57,8 +57,8 @@ def launch(kernel, spec: EmbeddingSpec, *, ids: torch.Tensor, table: torch.Tenso
     if rows == 0:
         return
     require(table.stride(-1) == 1 and out.stride(-1) == 1,
-            f"embedding table {tuple(table.shape)}, out {tuple(out.shape)}: contiguous last "
-            f"dims, got strides {table.stride()} and {out.stride()}")
+            lambda: f"embedding table {tuple(table.shape)}, out {tuple(out.shape)}: contiguous "
+                    f"last dims, got strides {table.stride()} and {out.stride()}")
     stream_stride = out.stride(1) if out.dim() == 3 else 0
     kernel[(rows, triton.cdiv(spec.d, _block_d(spec.d)))](
         ids, table, out, table.shape[0], table.stride(0), out.stride(0), stream_stride)

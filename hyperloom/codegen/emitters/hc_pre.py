@@ -34,6 +34,7 @@ import triton
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl, wrap
 from hyperloom.config import CONFIG
+from hyperloom.errors import require
 from hyperloom.passes.kernel_plan import HC_WIDE_ROWS
 
 BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >= 16
@@ -420,6 +421,11 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
             torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
 
+def _dims(shape: tuple[int, ...], rows: int | None) -> str:
+    """'[>= rows, *shape]' (rows None: '[*shape]')."""
+    return f"[{', '.join(([] if rows is None else [f'>= {rows}']) + list(map(str, shape)))}]"
+
+
 def _check(spec: HCPreSpec, rows: int, **tensors: torch.Tensor) -> None:
     """Every operand's shape (rows: at least `rows`), dtype and contiguous last dim, by name."""
     n, d, j = spec.n, spec.d, (2 + spec.n) * spec.n
@@ -429,13 +435,12 @@ def _check(spec: HCPreSpec, rows: int, **tensors: torch.Tensor) -> None:
     for name, (shape, per_row) in want.items():
         t = tensors[name]
         got = tuple(t.shape[1:]) if per_row else tuple(t.shape)
-        if got != shape or (per_row and t.shape[0] < rows) or t.stride(-1) != 1:
-            text = f"[>= {rows}, {', '.join(map(str, shape))}]" if per_row else list(shape)
-            raise ValueError(f"hc_pre {name}: {text} with a contiguous last dim, got "
-                             f"{tuple(t.shape)} with strides {t.stride()}")
+        require(got == shape and (not per_row or t.shape[0] >= rows) and t.stride(-1) == 1,
+                lambda: f"hc_pre {name}: {_dims(shape, rows if per_row else None)} with a "
+                        f"contiguous last dim, got {tuple(t.shape)} with strides {t.stride()}")
     for name in ("x", "base", "scale", "post", "comb"):
-        if tensors[name].dtype != torch.float32:
-            raise ValueError(f"hc_pre {name}: float32, got {tensors[name].dtype}")
+        require(tensors[name].dtype == torch.float32,
+                lambda: f"hc_pre {name}: float32, got {tensors[name].dtype}")
 
 
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
@@ -451,11 +456,11 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     one, proj, finish, apply, gates = kernels
     b = _blocks(spec)
     block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
-    need = ((nsplit + 2) * rows_pad * b["JP"], row_blocks)
-    if part.numel() < need[0] or count.numel() < row_blocks:
-        raise ValueError(f"hc_pre scratch for {rows} rows: partials >= {need[0]} and counters >= "
-                         f"{need[1]}, got {part.numel()} and {count.numel()} (scratch(spec, "
-                         f">= {rows}) allocates them)")
+    need = (nsplit + 2) * rows_pad * b["JP"]
+    require(part.numel() >= need and count.numel() >= row_blocks,
+            lambda: f"hc_pre scratch for {rows} rows: partials >= {need} and counters >= "
+                    f"{row_blocks}, got {part.numel()} and {count.numel()} (scratch(spec, "
+                    f">= {rows}) allocates them)")
     kb_split = triton.cdiv(spec.n * triton.cdiv(spec.d, b["BLOCK_K"]), nsplit)
     args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
             x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),

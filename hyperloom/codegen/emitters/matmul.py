@@ -431,9 +431,10 @@ def _check_gated(spec: MatmulSpec, x, gate, nw) -> None:
     if spec.prologue != "gated_rmsnorm":
         return
     require(gate is not None and gate.shape == x.shape and gate.stride(-1) == 1,
-            f"gated norm gate: {tuple(x.shape)} as x, contiguous last dim, got {_shape(gate)}")
+            lambda: f"gated norm gate: {tuple(x.shape)} as x, contiguous last dim, got "
+                    f"{_shape(gate)}")
     require(nw is not None and tuple(nw.shape) == (spec.group,) and nw.is_contiguous(),
-            f"gated norm weight: contiguous [{spec.group}], got {_shape(nw)}")
+            lambda: f"gated norm weight: contiguous [{spec.group}], got {_shape(nw)}")
 
 
 def _check_kda_gate(spec: MatmulSpec, dt, alog) -> None:
@@ -441,7 +442,7 @@ def _check_kda_gate(spec: MatmulSpec, dt, alog) -> None:
         return
     for name, t, n in (("dt_bias", dt, spec.n), ("A_log", alog, spec.gate.heads)):
         require(t is not None and tuple(t.shape) == (n,) and t.is_contiguous(),
-                f"kda_gate epilogue {name}: contiguous [{n}], got {_shape(t)}")
+                lambda: f"kda_gate epilogue {name}: contiguous [{n}], got {_shape(t)}")
 
 
 def _check(spec: MatmulSpec, rows: int, x, w, out, stream, post, comb, h) -> None:
@@ -449,33 +450,33 @@ def _check(spec: MatmulSpec, rows: int, x, w, out, stream, post, comb, h) -> Non
     x_dims = 3 if spec.prologue == "mean_rmsnorm" else 2
     o_dims = 3 if spec.epilogue == "hc_post" else 2
     require(x.dim() == x_dims and x.shape[-1] == spec.k and x.shape[0] >= rows,
-            f"matmul x: {x_dims} dims, [>= {rows}, ..., {spec.k}], got {_shape(x)}")
+            lambda: f"matmul x: {x_dims} dims, [>= {rows}, ..., {spec.k}], got {_shape(x)}")
     require(tuple(w.shape) == (spec.n, spec.k) and w.is_contiguous(),
-            f"matmul w: contiguous [{spec.n}, {spec.k}], got {_shape(w)}")
+            lambda: f"matmul w: contiguous [{spec.n}, {spec.k}], got {_shape(w)}")
     require(out.dim() == o_dims and out.shape[-1] == spec.n_out and out.shape[0] >= rows,
-            f"matmul out: {o_dims} dims, [>= {rows}, ..., {spec.n_out}], got {_shape(out)}")
+            lambda: f"matmul out: {o_dims} dims, [>= {rows}, ..., {spec.n_out}], got {_shape(out)}")
     if spec.prologue == "mean_rmsnorm":
-        require(x.shape[1] == spec.streams, f"matmul x: {spec.streams} streams, got {_shape(x)}")
+        require(x.shape[1] == spec.streams,
+                lambda: f"matmul x: {spec.streams} streams, got {_shape(x)}")
     if spec.prologue in NORM_KERNEL:
         require(h is not None and h.dim() == 2 and h.shape[1] == spec.k and h.shape[0] >= rows,
-                f"matmul h (scratch): [>= {rows}, {spec.k}], got {_shape(h)}")
+                lambda: f"matmul h (scratch): [>= {rows}, {spec.k}], got {_shape(h)}")
     if spec.epilogue in ("residual", "hc_post"):
         require(stream is not None and stream.shape[1:] == out.shape[1:]
                 and stream.shape[0] >= rows,
-                f"matmul stream: [>= {rows}, {', '.join(map(str, out.shape[1:]))}], got "
-                f"{_shape(stream)}")
+                lambda: f"matmul stream: [>= {rows}, {', '.join(map(str, out.shape[1:]))}], got "
+                        f"{_shape(stream)}")
     if spec.epilogue == "hc_post":
         n = spec.hc
-        require(out.shape[1] == n, f"matmul out: {n} streams, got {_shape(out)}")
+        require(out.shape[1] == n, lambda: f"matmul out: {n} streams, got {_shape(out)}")
         for name, t, shape in (("post", post, (n,)), ("comb", comb, (n, n))):
             require(t is not None and tuple(t.shape[1:]) == shape and t.shape[0] >= rows
                     and t.stride(-1) == 1,
-                    f"matmul {name}: [>= {rows}, {', '.join(map(str, shape))}] with a contiguous "
-                    f"last dim, got {_shape(t)}")
+                    lambda: f"matmul {name}: [>= {rows}, {', '.join(map(str, shape))}] with a "
+                            f"contiguous last dim, got {_shape(t)}")
     for name, t in (("x", x), ("out", out), ("stream", stream), ("h", h)):
-        if t is not None:
-            require(t.stride(-1) == 1, f"matmul {name}: a contiguous last dim, got strides "
-                                       f"{t.stride()}")
+        require(t is None or t.stride(-1) == 1,
+                lambda: f"matmul {name}: a contiguous last dim, got strides {t.stride()}")
 
 
 def scratch_y(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.Tensor | None:
@@ -562,7 +563,7 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
         extra["SITE"] = finishes_site(spec, rows)
         _, jp = hc_pre.projections(spec.site)
         require(not extra["SITE"] or site.part.numel() >= grid[0] * jp,
-                f"site partials: >= {grid[0] * jp} floats, got {site.part.numel()}")
+                lambda: f"site partials: >= {grid[0] * jp} floats, got {site.part.numel()}")
     kernel[grid](*(bound[p] for p in _params(spec)), BLOCK_M=t.block_m, BLOCK_N=t.block_n,
                  BLOCK_K=t.block_k, GROUP_M=t.group_m, GEMV=t.gemv,
                  num_warps=t.num_warps, num_stages=t.num_stages, **extra)
@@ -581,7 +582,7 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
     operands, and a one-row step finishes it (finishes_site). gated_rmsnorm: gate and nw (the
     norm weight), and h (`scratch`) as for mean_rmsnorm. kda_gate: dt (dt_bias [N]) and alog
     (A_log [heads])."""
-    _check(spec, max(rows, 0), x, w, out, stream, post, comb, h)
+    _check(spec, rows, x, w, out, stream, post, comb, h)
     _check_gated(spec, x, gate, nw)
     _check_kda_gate(spec, dt, alog)
     require(len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names")
@@ -596,8 +597,8 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
     gemm = kernels[1 if spec.prologue in NORM_KERNEL else 0]
     if spec.epilogue == "hc_post" and rows > SPLIT_ROWS:
         require(y is not None and y.shape[0] >= rows and y.shape[1] == spec.n_out,
-                f"a {rows}-row hc_post step needs y [>= {rows}, {spec.n_out}] (scratch_y), got "
-                f"{_shape(y)}")
+                lambda: f"a {rows}-row hc_post step needs y [>= {rows}, {spec.n_out}] "
+                        f"(scratch_y), got {_shape(y)}")
         launch_gemm(kernels[-2], split_spec(spec), x=x, w=w, out=y, rows=rows)
         hc_post.launch(kernels[-1], hc_post.HCPostSpec(spec.hc, spec.n_out), f=y, x=stream,
                        post=post, comb=comb, out=out, rows=rows)

@@ -306,17 +306,17 @@ def _check(spec: ExpertsSpec, x, weights, ids, wg, wu, wd, out, rows: int, work:
     e, h, i, k = spec.experts, spec.hidden, spec.inter, spec.top_k
     for name, t in (("x", x), ("out", out)):
         require(t.dim() == 2 and t.shape[1] == h and t.shape[0] >= rows and t.stride(1) == 1,
-                f"experts {name}: [>= {rows}, {h}], got {tuple(t.shape)}")
+                lambda: f"experts {name}: [>= {rows}, {h}], got {tuple(t.shape)}")
     for name, t, dt in (("weights", weights, torch.float32), ("ids", ids, torch.int32)):
         require(t.dim() == 2 and t.shape[1] == k and t.shape[0] >= rows and t.stride(1) == 1
                 and t.dtype == dt,
-                f"experts {name}: {dt} [>= {rows}, {k}], got {t.dtype} {tuple(t.shape)}")
+                lambda: f"experts {name}: {dt} [>= {rows}, {k}], got {t.dtype} {tuple(t.shape)}")
     for name, t, shape in (("wg", wg, (e, i, h)), ("wu", wu, (e, i, h)), ("wd", wd, (e, h, i))):
         require(tuple(t.shape) == shape and t.is_contiguous(),
-                f"experts {name}: contiguous {list(shape)}, got {tuple(t.shape)}")
+                lambda: f"experts {name}: contiguous {list(shape)}, got {tuple(t.shape)}")
     require(work.order.numel() >= rows * k and work.h.shape[1] == i
             and work.counts.shape[0] >= _chunks(rows * k),
-            f"experts scratch for {rows} rows: scratch(spec, >= {rows}, ...) allocates it")
+            lambda: f"experts scratch for {rows} rows: scratch(spec, >= {rows}, ...) allocates it")
 
 
 def launch(kernels, spec: ExpertsSpec, *, x: torch.Tensor, weights: torch.Tensor,

@@ -189,17 +189,17 @@ def scratch(spec: RouterSpec, rows: int, device) -> torch.Tensor:
 def _check(spec: RouterSpec, x, w, bias, weights, ids, part, rows: int) -> None:
     e, h, k = spec.experts, spec.hidden, spec.top_k
     require(x.dim() == 2 and x.shape[1] == h and x.shape[0] >= rows and x.stride(1) == 1,
-            f"router x: [>= {rows}, {h}], got {tuple(x.shape)}")
+            lambda: f"router x: [>= {rows}, {h}], got {tuple(x.shape)}")
     require(tuple(w.shape) == (e, h) and w.is_contiguous() and w.dtype == torch.float32,
-            f"router W: contiguous fp32 [{e}, {h}], got {tuple(w.shape)} {w.dtype}")
+            lambda: f"router W: contiguous fp32 [{e}, {h}], got {tuple(w.shape)} {w.dtype}")
     require(tuple(bias.shape) == (e,) and bias.is_contiguous(),
-            f"router bias: contiguous [{e}], got {tuple(bias.shape)}")
+            lambda: f"router bias: contiguous [{e}], got {tuple(bias.shape)}")
     for name, t, dt in (("weights", weights, torch.float32), ("ids", ids, torch.int32)):
         require(t.dim() == 2 and t.shape[1] == k and t.shape[0] >= rows and t.stride(1) == 1
                 and t.dtype == dt,
-                f"router {name}: {dt} [>= {rows}, {k}], got {t.dtype} {tuple(t.shape)}")
+                lambda: f"router {name}: {dt} [>= {rows}, {k}], got {t.dtype} {tuple(t.shape)}")
     need = _split(spec, tiles(spec, rows))[1] * rows * e
-    require(part.numel() >= need, f"router scratch: {part.numel()} < {need} floats")
+    require(part.numel() >= need, lambda: f"router scratch: {part.numel()} < {need} floats")
 
 
 def launch(kernels, spec: RouterSpec, *, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor,
