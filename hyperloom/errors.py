@@ -37,3 +37,12 @@ def require(ok: bool, message: str | Callable[[], str]) -> None:
     is formatted only on failure: launches of eager steps check on every call."""
     if not ok:
         raise ValueError(message() if callable(message) else message)
+
+
+def require_shape(what: str, t, shape: tuple[int, ...], rows: int | None = None) -> None:
+    """`t` is [>= rows, *shape] (rows None: exactly shape) with a contiguous last dim."""
+    got = tuple(t.shape) if rows is None else tuple(t.shape[1:])
+    dims = ", ".join(([] if rows is None else [f">= {rows}"]) + [str(d) for d in shape])
+    require(got == tuple(shape) and (rows is None or t.shape[0] >= rows) and t.stride(-1) == 1,
+            lambda: f"{what}: [{dims}] with a contiguous last dim, got {tuple(t.shape)} with "
+                    f"strides {t.stride()}")

@@ -17,10 +17,12 @@ import torch
 import triton
 
 from hyperloom.codegen.emitters.text import comment, pdl
+from hyperloom.errors import require_shape
 
-BLOCK_D = 1024  # columns per program. On the H200 a whole row of 4096 at 16 warps ran the site
-# alone at 4096 rows 4 us faster (148 us), but a 2048-token prefill's 8 apart 55 us slower
-COLUMNS_PER_WARP = 256  # [n, 256] fp32 new streams a warp: 32 registers a thread at n = 4
+BLOCK_D = 1024  # columns per program: [n, 1024] fp32 new streams, 32 registers a thread. On the
+# H200 a whole row of 4096 at 16 warps ran the site alone at 4096 rows 4 us faster (148 us), but
+# a 2048-token prefill's 8 apart 55 us slower
+WARPS = 4
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,6 @@ class HCPostSpec:
 
 def _block(spec: HCPostSpec) -> int:
     return min(BLOCK_D, triton.next_power_of_2(spec.d))
-
-
-def _warps(spec: HCPostSpec) -> int:
-    return max(1, min(16, _block(spec) // COLUMNS_PER_WARP))
 
 
 def source(name: str, spec: HCPostSpec, header: str = "") -> str:
@@ -73,9 +71,7 @@ def launch(kernel, spec: HCPostSpec, *, f: torch.Tensor, x: torch.Tensor, post: 
     want = {"f": (f, (d,)), "x": (x, (n, d)), "post": (post, (n,)), "comb": (comb, (n, n)),
             "out": (out, (n, d))}
     for name, (t, shape) in want.items():
-        if tuple(t.shape[1:]) != shape or t.shape[0] < rows or t.stride(-1) != 1:
-            raise ValueError(f"hc_post {name}: [>= {rows}, {', '.join(map(str, shape))}] with "
-                             f"a contiguous last dim, got {tuple(t.shape)}")
+        require_shape(f"hc_post {name}", t, shape, rows)
     for name, t in (("x", x), ("post", post), ("comb", comb), ("out", out)):
         if t.dtype != torch.float32:
             raise ValueError(f"hc_post {name}: float32, got {t.dtype}")
@@ -83,4 +79,4 @@ def launch(kernel, spec: HCPostSpec, *, f: torch.Tensor, x: torch.Tensor, post: 
         return
     kernel[(rows, triton.cdiv(d, _block(spec)))](
         f, x, post, comb, out, f.stride(0), x.stride(0), x.stride(1), post.stride(0),
-        comb.stride(0), comb.stride(1), out.stride(0), out.stride(1), num_warps=_warps(spec))
+        comb.stride(0), comb.stride(1), out.stride(0), out.stride(1), num_warps=WARPS)

@@ -34,7 +34,7 @@ import triton
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl, wrap
 from hyperloom.config import CONFIG
-from hyperloom.errors import require
+from hyperloom.errors import require, require_shape
 from hyperloom.passes.kernel_plan import HC_WIDE_ROWS
 
 BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >= 16
@@ -77,8 +77,8 @@ class HCPreSpec:
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
-    """(one-launch, projection, finish, apply, gates kernels) defined by source(name, ...)."""
-    return name, f"{name}_proj", f"{name}_finish", f"{name}_apply", f"{name}_gates"
+    """(one-launch, projection, finish, gates, apply kernels) defined by source(name, ...)."""
+    return name, f"{name}_proj", f"{name}_finish", f"{name}_gates", f"{name}_apply"
 
 
 def _indent(text: str, by: int) -> str:
@@ -247,26 +247,14 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
 {_indent(body, 4)}'''
 
 
-_GATE_ARGS = ("t0 rows base_ptr scale_ptr post_ptr comb_ptr part_ptr rows_pad splits spost_row "
-              "scomb_row scomb_i").split()
-_GATE_CONSTS = "N D J NP JP RB SG NORM_EPS HC_EPS ITERS".split()
-
-
-def _gates_source() -> str:
-    """`_gates`: the post and comb gates of the RB rows from t0: their partials summed over the
-    splits SG at a time as one flat tile (a block's rows are contiguous in a split) into scratch
-    split `splits`, then gathered by kind; sum(x^2) as the apply parked it; Sinkhorn over
-    [RB, NP, NP]."""
+def _gates_body() -> str:
+    """A wide step's post and comb gates for RB rows, after the apply: their partials summed
+    over the splits SG at a time as one flat tile (a block's rows are contiguous in a split)
+    into scratch split `splits`, then gathered by kind; sum(x^2) as the apply parked it;
+    Sinkhorn over [RB, NP, NP]."""
     head, tail = runtime_loop("s0", "0", "splits", "SG", "")
-    params = _GATE_ARGS + [f"{c}: tl.constexpr" for c in _GATE_CONSTS]
-    return f'''
-@triton.jit
-{wrap("def _gates(", params, "):", 11)}
-{_indent(_gates_body(head, tail), 4)}'''
-
-
-def _gates_body(head: str, tail: str) -> str:
-    return f'''flat = tl.arange(0, RB * JP)
+    return f'''t0 = tl.program_id(0) * RB
+flat = tl.arange(0, RB * JP)
 fmask = flat < (rows - t0) * JP
 sg = tl.arange(0, SG)
 acc = tl.zeros((SG, RB * JP), tl.float32)
@@ -286,8 +274,7 @@ at = part_ptr + (splits * rows_pad + t64) * JP
 m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
 m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
                  mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
-ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0,
-             cache_modifier=".cg")
+ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
 # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
 bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
@@ -343,7 +330,7 @@ pre += HC_EPS
 
 
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
-    fused, proj, finish, apply, gates = kernel_names(name)
+    fused, proj, finish, gates, apply = kernel_names(name)
     consts = _constexprs(spec)
     out_eps = [] if spec.out_eps is None else [f"OUT_EPS: tl.constexpr = {spec.out_eps!r}"]
     params = _SIG + consts + out_eps
@@ -383,19 +370,17 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {apply}(", params, "):", 8)}
-{wait}{_indent(_apply_body(spec), 4)}
+{wrap(f"def {gates}(", params, "):", 8)}
+{wait}{_indent(_gates_body(), 4)}
 
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {gates}(", params, "):", 8)}
-{wait}{wrap("    _gates(", ["tl.program_id(0) * RB"] + _GATE_ARGS[1:] + _GATE_CONSTS, ")", 11)}
-'''
+{wrap(f"def {apply}(", params, "):", 8)}
+{wait}{_indent(_apply_body(spec), 4)}'''
 
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
     return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
-            f"{_partials_source()}\n{_gates_source()}\n{finish_source(spec)}\n"
-            f"{_kernels_source(name, spec)}")
+            f"{_partials_source()}\n{finish_source(spec)}\n{_kernels_source(name, spec)}")
 
 
 def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]:
@@ -421,23 +406,13 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
             torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
 
-def _dims(shape: tuple[int, ...], rows: int | None) -> str:
-    """'[>= rows, *shape]' (rows None: '[*shape]')."""
-    return f"[{', '.join(([] if rows is None else [f'>= {rows}']) + list(map(str, shape)))}]"
-
-
 def _check(spec: HCPreSpec, rows: int, **tensors: torch.Tensor) -> None:
     """Every operand's shape (rows: at least `rows`), dtype and contiguous last dim, by name."""
     n, d, j = spec.n, spec.d, (2 + spec.n) * spec.n
-    want = {"x": ((n, d), True), "fn": ((j, n * d), False), "base": ((j,), False),
-            "scale": ((3,), False), "y": ((d,), True), "post": ((n,), True),
-            "comb": ((n, n), True)}
-    for name, (shape, per_row) in want.items():
-        t = tensors[name]
-        got = tuple(t.shape[1:]) if per_row else tuple(t.shape)
-        require(got == shape and (not per_row or t.shape[0] >= rows) and t.stride(-1) == 1,
-                lambda: f"hc_pre {name}: {_dims(shape, rows if per_row else None)} with a "
-                        f"contiguous last dim, got {tuple(t.shape)} with strides {t.stride()}")
+    for name, shape in (("x", (n, d)), ("y", (d,)), ("post", (n,)), ("comb", (n, n))):
+        require_shape(f"hc_pre {name}", tensors[name], shape, rows)
+    for name, shape in (("fn", (j, n * d)), ("base", (j,)), ("scale", (3,))):
+        require_shape(f"hc_pre {name}", tensors[name], shape)
     for name in ("x", "base", "scale", "post", "comb"):
         require(tensors[name].dtype == torch.float32,
                 lambda: f"hc_pre {name}: float32, got {tensors[name].dtype}")
@@ -453,7 +428,7 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     _check(spec, rows, x=x, fn=fn, base=base, scale=scale, y=y, post=post, comb=comb)
     if rows == 0:
         return
-    one, proj, finish, apply, gates = kernels
+    one, proj, finish, gates, apply = kernels
     b = _blocks(spec)
     block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
     need = (nsplit + 2) * rows_pad * b["JP"]

@@ -47,53 +47,6 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
 
 
 @triton.jit
-def _gates(t0, rows, base_ptr, scale_ptr, post_ptr, comb_ptr, part_ptr, rows_pad, splits, spost_row,
-           scomb_row, scomb_i, N: tl.constexpr, D: tl.constexpr, J: tl.constexpr, NP: tl.constexpr,
-           JP: tl.constexpr, RB: tl.constexpr, SG: tl.constexpr, NORM_EPS: tl.constexpr,
-           HC_EPS: tl.constexpr, ITERS: tl.constexpr):
-    flat = tl.arange(0, RB * JP)
-    fmask = flat < (rows - t0) * JP
-    sg = tl.arange(0, SG)
-    acc = tl.zeros((SG, RB * JP), tl.float32)
-    for s0 in range(0, splits, SG):
-        s = s0 + sg
-        acc += tl.load(part_ptr + (s[:, None] * rows_pad + t0) * JP + flat[None, :],
-                       mask=(s < splits)[:, None] & fmask[None, :], other=0.0, cache_modifier=".cg")
-    tl.store(part_ptr + (splits * rows_pad + t0) * JP + flat, tl.sum(acc, axis=0), mask=fmask)
-    tl.debug_barrier()  # the sums are read back by other threads of this program
-    t = t0 + tl.arange(0, RB)
-    tmask = t < rows
-    t64 = t.to(tl.int64)
-    ii = tl.arange(0, NP)
-    live = tmask[:, None] & (ii < N)[None, :]
-    valid = (ii[:, None] < N) & (ii[None, :] < N)
-    cell = ii[:, None] * N + ii[None, :]
-    at = part_ptr + (splits * rows_pad + t64) * JP
-    m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
-    m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
-                     mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
-    ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0,
-                 cache_modifier=".cg")
-    # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
-    r = tl.rsqrt(ss / (N * D) + NORM_EPS)
-    bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
-    post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
-    tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
-    bias = tl.load(base_ptr + 2 * N + cell, mask=valid, other=0.0)
-    logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
-    # Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
-    logits = tl.where(valid, logits, -1e30)
-    e = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
-    c = tl.where(valid, e / tl.sum(e, axis=2)[:, :, None] + HC_EPS, 0.0)
-    c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
-    for _ in range(ITERS - 1):
-        c = c / (tl.sum(c, axis=2)[:, :, None] + HC_EPS)
-        c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
-    tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
-             + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None, :, :])
-
-
-@triton.jit
 def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
                 splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i,
                 N: tl.constexpr, D: tl.constexpr, J: tl.constexpr, NP: tl.constexpr,
@@ -208,6 +161,58 @@ def k01_hc_pre_l0_hc_attn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, p
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k01_hc_pre_l0_hc_attn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    t0 = tl.program_id(0) * RB
+    flat = tl.arange(0, RB * JP)
+    fmask = flat < (rows - t0) * JP
+    sg = tl.arange(0, SG)
+    acc = tl.zeros((SG, RB * JP), tl.float32)
+    for s0 in range(0, splits, SG):
+        s = s0 + sg
+        acc += tl.load(part_ptr + (s[:, None] * rows_pad + t0) * JP + flat[None, :],
+                       mask=(s < splits)[:, None] & fmask[None, :], other=0.0, cache_modifier=".cg")
+    tl.store(part_ptr + (splits * rows_pad + t0) * JP + flat, tl.sum(acc, axis=0), mask=fmask)
+    tl.debug_barrier()  # the sums are read back by other threads of this program
+    t = t0 + tl.arange(0, RB)
+    tmask = t < rows
+    t64 = t.to(tl.int64)
+    ii = tl.arange(0, NP)
+    live = tmask[:, None] & (ii < N)[None, :]
+    valid = (ii[:, None] < N) & (ii[None, :] < N)
+    cell = ii[:, None] * N + ii[None, :]
+    at = part_ptr + (splits * rows_pad + t64) * JP
+    m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
+    m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
+                     mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
+    ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
+    # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+    r = tl.rsqrt(ss / (N * D) + NORM_EPS)
+    bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
+    post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
+    tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
+    bias = tl.load(base_ptr + 2 * N + cell, mask=valid, other=0.0)
+    logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
+    # Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
+    logits = tl.where(valid, logits, -1e30)
+    e = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
+    c = tl.where(valid, e / tl.sum(e, axis=2)[:, :, None] + HC_EPS, 0.0)
+    c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
+    for _ in range(ITERS - 1):
+        c = c / (tl.sum(c, axis=2)[:, :, None] + HC_EPS)
+        c = c / (tl.sum(c, axis=1)[:, None, :] + HC_EPS)
+    tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
+             + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None, :, :])
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
 def k01_hc_pre_l0_hc_attn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
@@ -251,17 +256,3 @@ def k01_hc_pre_l0_hc_attn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
     inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
     y = y * inv
     tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
-
-
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
-def k01_hc_pre_l0_hc_attn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
-        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
-        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
-        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05):
-    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    _gates(tl.program_id(0) * RB, rows, base_ptr, scale_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
-           splits, spost_row, scomb_row, scomb_i, N, D, J, NP, JP, RB, SG, NORM_EPS, HC_EPS, ITERS)
