@@ -50,6 +50,7 @@ import torch
 import triton
 
 from hyperloom.codegen.emitters import hc_post, hc_pre, kda_gate, norm
+from hyperloom.codegen.emitters.matmul_checks import check_operands
 from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
 from hyperloom.codegen.emitters.text import pdl, wrap
 from hyperloom.config import CONFIG
@@ -103,6 +104,11 @@ class MatmulSpec:
     def n_out(self) -> int:
         """Output columns: swiglu halves the GEMM width."""
         return self.n // 2 if self.epilogue == "swiglu" else self.n
+
+    @property
+    def norm_kernel(self) -> bool:
+        """Whether the prologue runs as a norm kernel into h first (NORM_KERNEL)."""
+        return self.prologue in NORM_KERNEL
 
 
 def gemm_spec(spec: MatmulSpec) -> MatmulSpec:
@@ -423,62 +429,6 @@ def _strides(spec: MatmulSpec, x, out, stream, post, comb) -> dict[str, int]:
     return s
 
 
-def _shape(t) -> str:
-    return "None" if t is None else str(tuple(t.shape))
-
-
-def _check_gated(spec: MatmulSpec, x, gate, nw) -> None:
-    if spec.prologue != "gated_rmsnorm":
-        return
-    require(gate is not None and gate.shape == x.shape and gate.stride(-1) == 1,
-            lambda: f"gated norm gate: {tuple(x.shape)} as x, contiguous last dim, got "
-                    f"{_shape(gate)}")
-    require(nw is not None and tuple(nw.shape) == (spec.group,) and nw.is_contiguous(),
-            lambda: f"gated norm weight: contiguous [{spec.group}], got {_shape(nw)}")
-
-
-def _check_kda_gate(spec: MatmulSpec, dt, alog) -> None:
-    if spec.gate is None:
-        return
-    for name, t, n in (("dt_bias", dt, spec.n), ("A_log", alog, spec.gate.heads)):
-        require(t is not None and tuple(t.shape) == (n,) and t.is_contiguous(),
-                lambda: f"kda_gate epilogue {name}: contiguous [{n}], got {_shape(t)}")
-
-
-def _check(spec: MatmulSpec, rows: int, x, w, out, stream, post, comb, h) -> None:
-    """Shapes, rows (at least `rows`) and contiguous last dims, each operand by name."""
-    x_dims = 3 if spec.prologue == "mean_rmsnorm" else 2
-    o_dims = 3 if spec.epilogue == "hc_post" else 2
-    require(x.dim() == x_dims and x.shape[-1] == spec.k and x.shape[0] >= rows,
-            lambda: f"matmul x: {x_dims} dims, [>= {rows}, ..., {spec.k}], got {_shape(x)}")
-    require(tuple(w.shape) == (spec.n, spec.k) and w.is_contiguous(),
-            lambda: f"matmul w: contiguous [{spec.n}, {spec.k}], got {_shape(w)}")
-    require(out.dim() == o_dims and out.shape[-1] == spec.n_out and out.shape[0] >= rows,
-            lambda: f"matmul out: {o_dims} dims, [>= {rows}, ..., {spec.n_out}], got {_shape(out)}")
-    if spec.prologue == "mean_rmsnorm":
-        require(x.shape[1] == spec.streams,
-                lambda: f"matmul x: {spec.streams} streams, got {_shape(x)}")
-    if spec.prologue in NORM_KERNEL:
-        require(h is not None and h.dim() == 2 and h.shape[1] == spec.k and h.shape[0] >= rows,
-                lambda: f"matmul h (scratch): [>= {rows}, {spec.k}], got {_shape(h)}")
-    if spec.epilogue in ("residual", "hc_post"):
-        require(stream is not None and stream.shape[1:] == out.shape[1:]
-                and stream.shape[0] >= rows,
-                lambda: f"matmul stream: [>= {rows}, {', '.join(map(str, out.shape[1:]))}], got "
-                        f"{_shape(stream)}")
-    if spec.epilogue == "hc_post":
-        n = spec.hc
-        require(out.shape[1] == n, lambda: f"matmul out: {n} streams, got {_shape(out)}")
-        for name, t, shape in (("post", post, (n,)), ("comb", comb, (n, n))):
-            require(t is not None and tuple(t.shape[1:]) == shape and t.shape[0] >= rows
-                    and t.stride(-1) == 1,
-                    lambda: f"matmul {name}: [>= {rows}, {', '.join(map(str, shape))}] with a "
-                            f"contiguous last dim, got {_shape(t)}")
-    for name, t in (("x", x), ("out", out), ("stream", stream), ("h", h)):
-        require(t is None or t.stride(-1) == 1,
-                lambda: f"matmul {name}: a contiguous last dim, got strides {t.stride()}")
-
-
 def scratch_y(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.Tensor | None:
     """The result rows a wide hc_post step stores between its two kernels (w's dtype); None
     unless the epilogue is hc_post and `rows` exceeds SPLIT_ROWS. Allocate once, outside any
@@ -582,9 +532,8 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
     operands, and a one-row step finishes it (finishes_site). gated_rmsnorm: gate and nw (the
     norm weight), and h (`scratch`) as for mean_rmsnorm. kda_gate: dt (dt_bias [N]) and alog
     (A_log [heads])."""
-    _check(spec, rows, x, w, out, stream, post, comb, h)
-    _check_gated(spec, x, gate, nw)
-    _check_kda_gate(spec, dt, alog)
+    check_operands(spec, rows, x=x, w=w, out=out, stream=stream, post=post, comb=comb, h=h,
+                   gate=gate, nw=nw, dt=dt, alog=alog)
     require(len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names")
     if rows <= 0:
         return
@@ -598,7 +547,7 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
     if spec.epilogue == "hc_post" and rows > SPLIT_ROWS:
         require(y is not None and y.shape[0] >= rows and y.shape[1] == spec.n_out,
                 lambda: f"a {rows}-row hc_post step needs y [>= {rows}, {spec.n_out}] "
-                        f"(scratch_y), got {_shape(y)}")
+                        f"(scratch_y), got {None if y is None else tuple(y.shape)}")
         launch_gemm(kernels[-2], split_spec(spec), x=x, w=w, out=y, rows=rows)
         hc_post.launch(kernels[-1], hc_post.HCPostSpec(spec.hc, spec.n_out), f=y, x=stream,
                        post=post, comb=comb, out=out, rows=rows)
