@@ -12,23 +12,25 @@ run's first row (the tail chunk shorter): the chunk table (first row of each chu
 first chunk, and the counts. Computed on the device, so a launch never syncs with the host; the
 other grids are sized by bounds (runs <= min(rows, slots)) and spare programs exit.
 
-{name}_intra, grid (chunk bound, heads, C / 16): one 16-row block i of one chunk and head. With
-G the cumulative log decay from the chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j)
-(j < i) and Aqk the same with q_i (j <= i), block row i: each block left of the diagonal a
-tl.dot of both sides decayed to the boundary between them (every exponent a sum of g over a span
-of rows, never positive: g <= 0); the diagonal block a tl.dot of k exp(G) and k exp(-G) where
-the block's decay keeps both within fp32 (STEEP), else a masked [DK, 16, 16] product of
-exponents <= 0. Nothing overflows however steep the decay. Stores beta A's blocks, with
-T_ii = (I + A_ii)^-1 (a product of four factors) in place of the diagonal one, Aqk's blocks,
-and each row's (1 / |k|, scale / |q|, beta).
+{name}_intra, grid (chunk bound, heads, C / 16): one 16-row block i of one chunk and head, over
+the head's whole width (every product is d deep). With G the cumulative log decay from the
+chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j) (j < i) and Aqk the same with q_i
+(j <= i), block row i: each block left of the diagonal a tl.dot of both sides decayed to the
+boundary between them (every exponent a sum of g over a span of rows, never positive: g <= 0);
+the diagonal block a tl.dot of k exp(G) and k exp(-G) where the block's decay keeps both within
+fp32 (STEEP), else a masked [DK, 16, 16] product of exponents <= 0, a channel tile at a time.
+Nothing overflows however steep the decay. Stores beta A's blocks, with T_ii = (I + A_ii)^-1 (a
+product of four factors) in place of the diagonal one, Aqk's blocks, and each row's (1 / |k|,
+scale / |q|, beta).
 
 {name}_solve, grid (chunk bound, heads): T = (I + A)^-1 from those blocks, T_ij = -T_ii
 sum_{j <= l < i} A_il T_lj, and Aqk T; stored in place ([C, C] each, lower blocks).
 
 {name}_rows, grid (chunk bound, heads, d / BK): one chunk, head and BK channels, with chunk-wide
 products: per row W = T (beta k exp(G)), U = T (beta v), Q' = q exp(G) - (Aqk T) (beta k exp(G)),
-O' = (Aqk T) (beta v), K' = k exp(G_last - G), and exp(G_last) per chunk. Products on tensor
-cores in TF32 on the GPU (they feed no solve; the in-chunk kernel's stay full fp32).
+O' = (Aqk T) (beta v), K' = k exp(G_last - G), and exp(G_last) per chunk; W, Q' and K' stored
+in fp16 under 16-bit activations (`narrow_dtype`). Products on tensor cores in TF32 on the GPU,
+as the in-chunk kernel's A and Aqk; only the solve's stay full fp32.
 
 {name}, grid (d / BV, heads, run bound): walks its run's chunks in order with S[:, BV columns]
 in registers, loaded once from state[slot] and stored once: V' = U - W S; o = O' + Q' S;
@@ -46,15 +48,17 @@ from hyperloom.codegen.emitters.text import comment, wrap
 
 CHUNK = 64  # rows per chunk: the products' tile height
 SUB = 16  # rows per block of the in-chunk matrices (the smallest tl.dot tile)
-DK = 16  # channels per step of the in-chunk loops (the diagonal blocks' [16, 16, DK] product)
+DK = 16  # channels per step of a steep diagonal block's exact [DK, 16, 16] product
 BV = 64  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
-BK = 32  # channels per program of the row products: [C, BK] fp32 tiles beside T and Aqk T
-# sm_90a ptxas at 64 heads x 128 (bf16 in): plan 71 registers; intra 4 warps 250, solve 4
-# warps 226, rows 4 warps 206, none spilled; walk 8 warps, 1 stage (2 stages need more than the
-# 227 KiB of shared memory) 255 registers, 276 B spilled, yet BV 64 takes 1.17 ms where BV 32
-# (148 registers, no spills) took 2.02 ms on the H200. In-chunk kernel alone at 8192 tokens on
-# the H200: 4 warps 2.67 ms, 2 warps 3.02, 8 warps (DK 32) 6.21; DK 32 or 64 no faster
-INTRA_WARPS, SOLVE_WARPS = 4, 4
+BK = 64  # channels per program of the row products: [C, BK] tiles beside T and Aqk T
+# Launch shapes measured on the H200 at 64 heads x 128, 8192 tokens, bf16 in (sweeps of this
+# module's kernels, BENCHMARKS.md): the in-chunk kernel whole-width with TF32 products at 2
+# warps 0.95 ms (4 warps 1.65, 1 warp 1.52; full-fp32 products 2.4 ms at 4 warps); solve 2 warps
+# 145 us (4: 163, 8: 227); row products BK 64 at 8 warps 0.78 ms (4 warps 0.81, BK 32 0.94,
+# BK 128 0.97); the walk 8 warps, 2 stages over fp16 products 0.72 ms (1 stage 0.86; 4 warps
+# 0.99; BV 128 1.10; BV 32 0.77 to 0.89). Over fp32 products 2 stages need more than the
+# 227 KiB of shared memory: 1 stage.
+INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS = 2, 2, 8, 8
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
 # below fp32's normal range; a steeper block takes the exact [DK, 16, 16] form
@@ -81,11 +85,11 @@ class KDAChunkScratch:
     count: torch.Tensor  # int32 [2]: chunks, runs
     runs: torch.Tensor  # int32 [run bound + 1]: each run's first chunk, then the chunk count
     chunks: torch.Tensor  # int32 [chunk bound]: each chunk's first row
-    w: torch.Tensor  # fp32 [rows, heads, d]: T (beta k exp(G))
+    w: torch.Tensor  # narrow [rows, heads, d]: T (beta k exp(G))
     u: torch.Tensor  # fp32 [rows, heads, d]: T (beta v)
-    qp: torch.Tensor  # fp32 [rows, heads, d]: Q' = q exp(G) - Aqk W
+    qp: torch.Tensor  # narrow [rows, heads, d]: Q' = q exp(G) - Aqk W
     oi: torch.Tensor  # fp32 [rows, heads, d]: O' = Aqk U
-    kd: torch.Tensor  # fp32 [rows, heads, d]: K' = k exp(G_last - G)
+    kd: torch.Tensor  # narrow [rows, heads, d]: K' = k exp(G_last - G)
     decay: torch.Tensor  # fp32 [chunk bound, heads, d]: exp(G_last)
     tp: torch.Tensor  # fp32 [chunk bound, heads, 2, C, C]: T, Aqk T (lower blocks only)
     coef: torch.Tensor  # fp32 [rows, heads, 4]: 1 / |k|, scale / |q|, beta, unused
@@ -98,16 +102,27 @@ def bounds(spec: KDAChunkSpec, rows: int, slots: int) -> tuple[int, int]:
     return runs, (rows + runs * (spec.chunk - 1)) // spec.chunk
 
 
-def scratch(spec: KDAChunkSpec, rows: int, slots: int, device) -> KDAChunkScratch:
-    """Allocate once (outside a captured launch) for the largest step: 5 d + 2 C + 4 fp32 a row
-    and head, 48 MiB for 256 rows at 64 heads x 128, 1.5 GiB for 8192 rows."""
+def narrow_dtype(act: torch.dtype) -> torch.dtype:
+    """Storage of the row products W, Q' and K' for activations of dtype `act`: fp16 under
+    16-bit activations (10 mantissa bits, as the TF32 products that read them; their factors are
+    unit-norm rows and decays <= 1), fp32 otherwise. U and O' scale with v: always fp32."""
+    return torch.float16 if act.itemsize == 2 else torch.float32
+
+
+def scratch(spec: KDAChunkSpec, rows: int, slots: int, device,
+            narrow: torch.dtype = torch.float32) -> KDAChunkScratch:
+    """Allocate once (outside a captured launch) for the largest step: 3 d row products in
+    `narrow` (`narrow_dtype`), 2 d + 2 C + 4 fp32 a row and head; at 64 heads x 128 and 8192
+    rows 1.5 GiB in fp32, 1.1 GiB with fp16 products."""
     runs, chunks = bounds(spec, rows, slots)
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     i32, f32 = dict(dtype=torch.int32, device=device), dict(dtype=torch.float32, device=device)
     n = max(chunks, 1)
+    w, u, qp, oi, kd = (torch.empty((rows, h, d), dtype=t, device=device)
+                        for t in (narrow, torch.float32, narrow, torch.float32, narrow))
     return KDAChunkScratch(
         torch.zeros(2, **i32), torch.zeros(runs + 1, **i32), torch.zeros(n, **i32),
-        *(torch.empty((rows, h, d), **f32) for _ in range(5)),
+        w, u, qp, oi, kd,
         torch.empty((n, h, d), **f32), torch.empty((n, h, 2, c, c), **f32),
         torch.empty((rows, h, 4), **f32))
 
@@ -128,13 +143,13 @@ def _max(a, b):
 
 @triton.jit
 def _mm(a, b):
-    """In-chunk products in full fp32: A feeds the triangular solve."""
+    """The solve's products in full fp32: its chain of products compounds rounding."""
     return tl.dot(a, b, input_precision="ieee")
 
 
 @triton.jit
 def _tc(a, b):
-    """The row products on tensor cores (tf32, as the chunk walk's): they feed no solve."""
+    """A, Aqk and the row products on tensor cores (tf32, as the chunk walk's)."""
     return tl.dot(a, b, input_precision="tf32")
 
 
@@ -146,9 +161,20 @@ def _tile(x_ptr, r, m, sx, col):
 
 
 @triton.jit
-def _rnorm(x_ptr, r, m, sx, h, D: tl.constexpr):
-    """1 / sqrt(|x|^2 + 1e-6) of rows r of head h (semantics.kda.l2norm); dead rows read 0."""
-    x = _tile(x_ptr, r, m, sx, h * D + tl.arange(0, D))
+def _put(p, x, m):
+    """Store a row product in its scratch's dtype."""
+    tl.store(p, x.to(p.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _get(p, m):
+    """Load a row product as fp32; dead rows read 0."""
+    return tl.load(p, mask=m, other=0.).to(tl.float32)
+
+
+@triton.jit
+def _rnorm(x):
+    """1 / sqrt(|x|^2 + 1e-6) of each row of a head's [rows, D] tile (semantics.kda.l2norm)."""
     return 1.0 / tl.sqrt(tl.sum(x * x, axis=1) + 1e-6)
 
 
@@ -211,66 +237,66 @@ def {name}_plan(slot_ptr, rows, chunk_ptr, run_ptr, count_ptr, C: tl.constexpr,
 '''
 
 
-def _block(b: str, at: str) -> str:
+def _block(b: str, at: str, pad: str = " " * 4) -> str:
     """Rows r{b} of block `at` of the chunk and their live mask m{b}."""
-    return f'''    r{b} = row0 + {at} * BC + j
-    m{b} = (r{b} < rows) & (tl.load(slot_ptr + r{b}, mask=r{b} < rows, other=-1) == s)
-'''
+    return (f"{pad}r{b} = row0 + {at} * BC + j\n"
+            f"{pad}m{b} = (r{b} < rows) & (tl.load(slot_ptr + r{b}, mask=r{b} < rows, other=-1)"
+            " == s)\n")
 
 
-_OWN_BLOCK = """    nki = _rnorm(k_ptr, ri, mi, sk, h, D)
-    nqi = _rnorm(q_ptr, ri, mi, sq, h, D) * Q_SCALE
+_OWN_BLOCK = """    k = _tile(k_ptr, ri, mi, sk, cols)  # [BC, D]: the head's whole width
+    q = _tile(q_ptr, ri, mi, sq, cols)
+    nki = _rnorm(k)
+    nqi = _rnorm(q) * Q_SCALE
     bi = tl.load(b_ptr + ri.to(tl.int64) * sb + h, mask=mi, other=0.)
     bi = tl.where(mi, tl.sigmoid(bi.to(tl.float32)), 0.)
     cf = coef_ptr + (ri.to(tl.int64) * H + h) * 4  # for the row products
     tl.store(cf, nki, mask=mi)
     tl.store(cf + 1, nqi, mask=mi)
     tl.store(cf + 2, bi, mask=mi)
+    k *= nki[:, None]
+    q *= nqi[:, None]
+    gl = tl.cumsum(_tile(g_ptr, ri, mi, sg, cols), 0)  # log decay from the block's start
+    ki = k * tl.exp(gl)
+    qi = q * tl.exp(gl)
+"""
+
+# the diagonal block: one product of k exp(G) and k exp(-G) while every channel's decay in the
+# block stays above -STEEP, else the exact form a channel tile at a time (rereading the tile)
+_DIAGONAL = """    if tl.min(gl) >= -STEEP:
+        kn = tl.trans(k * tl.exp(-gl))
+        ad = _tc(ki, kn)  # masked when stored
+        pd = _tc(qi, kn)
+    else:
+        ad = tl.zeros([BC, BC], dtype=tl.float32)
+        pd = tl.zeros([BC, BC], dtype=tl.float32)
+        for c0 in range(0, D, DK):
+            col = h * D + c0 + tl.arange(0, DK)
+            glt = tl.cumsum(_tile(g_ptr, ri, mi, sg, col), 0)
+            da, dq = _diag(_tile(k_ptr, ri, mi, sk, col) * nki[:, None],
+                           _tile(q_ptr, ri, mi, sq, col) * nqi[:, None], glt, BC)
+            ad += da
+            pd += dq
 """
 
 
-def _earlier(nc: int) -> str:
-    """Rows, masks and inverse key norms of the blocks before this program's (nk{J}, J < ib;
-    zeros from ib on)."""
-    return "".join(_block(str(x), str(x)) + f"    nk{x} = tl.zeros([BC], dtype=tl.float32)\n"
-                   f"    if {x} < ib:\n        nk{x} = _rnorm(k_ptr, r{x}, m{x}, sk, h, D)\n"
-                   for x in range(nc - 1))
-
-
-def _row_block(nc: int) -> str:
-    """The channel loop summing row block ib of A and Aqk: the diagonal block (ad, pd) and the
-    blocks left of it (a{J}, p{J}, J < ib), each off-diagonal pair decayed to the boundary
-    between its blocks; J descends so `span` sums g over the blocks between J and ib."""
-    zeros = "".join(f"    a{x} = tl.zeros([BC, BC], dtype=tl.float32)\n"
-                    f"    p{x} = tl.zeros([BC, BC], dtype=tl.float32)\n" for x in range(nc - 1))
-    body = ["    ad = tl.zeros([BC, BC], dtype=tl.float32)",
-            "    pd = tl.zeros([BC, BC], dtype=tl.float32)",
-            "    for c0 in range(0, D, DK):  # A sums over channels; decays are per channel",
-            "        col = h * D + c0 + kk",
-            "        k = _tile(k_ptr, ri, mi, sk, col) * nki[:, None]",
-            "        q = _tile(q_ptr, ri, mi, sq, col) * nqi[:, None]",
-            "        gl = tl.cumsum(_tile(g_ptr, ri, mi, sg, col), 0)  # log decay in the block",
-            "        ki = k * tl.exp(gl)",
-            "        qi = q * tl.exp(gl)",
-            "        if tl.min(gl) >= -STEEP:  # decay within the block fits fp32 both ways",
-            "            kn = tl.trans(k * tl.exp(-gl))",
-            "            ad += _mm(ki, kn)  # masked after the loop",
-            "            pd += _mm(qi, kn)",
-            "        else:",
-            "            da, dq = _diag(k, q, gl, BC)",
-            "            ad += da",
-            "            pd += dq",
-            "        span = tl.zeros([1, DK], dtype=tl.float32)"]
+def _left_blocks(nc: int) -> str:
+    """Blocks a{J}, p{J} left of the diagonal (J < ib), each one product over the head's width
+    of both sides decayed to the boundary between the blocks; J descends so that `span` sums g
+    over the blocks between J and ib (every exponent a sum of g <= 0)."""
+    out = ["".join(f"    a{x} = tl.zeros([BC, BC], dtype=tl.float32)\n"
+                   f"    p{x} = tl.zeros([BC, BC], dtype=tl.float32)\n" for x in range(nc - 1)),
+           "    span = tl.zeros([1, D], dtype=tl.float32)\n"]
     for x in range(nc - 2, -1, -1):
-        body += [f"        if {x} < ib:",
-                 f"            gj = _tile(g_ptr, r{x}, m{x}, sg, col)",
-                 "            gt = tl.sum(gj, 0)[None, :]",
-                 f"            kj = _tile(k_ptr, r{x}, m{x}, sk, col) * nk{x}[:, None]",
-                 "            kj *= tl.exp(gt - tl.cumsum(gj, 0) + span)",
-                 f"            a{x} += _mm(ki, tl.trans(kj))",
-                 f"            p{x} += _mm(qi, tl.trans(kj))",
-                 "            span += gt"]
-    return zeros + "\n".join(body) + "\n"
+        out.append(f"    if {x} < ib:\n" + _block(str(x), str(x), " " * 8) +
+                   f"        gj = _tile(g_ptr, r{x}, m{x}, sg, cols)\n"
+                   "        gt = tl.sum(gj, 0)[None, :]\n"
+                   f"        kj = _tile(k_ptr, r{x}, m{x}, sk, cols)\n"
+                   "        kj *= _rnorm(kj)[:, None] * tl.exp(gt - tl.cumsum(gj, 0) + span)\n"
+                   f"        a{x} = _tc(ki, tl.trans(kj))\n"
+                   f"        p{x} = _tc(qi, tl.trans(kj))\n"
+                   "        span += gt\n")
+    return "".join(out)
 
 
 def _store_block(nc: int) -> str:
@@ -350,8 +376,8 @@ def _intra(name: str, spec: KDAChunkSpec) -> str:
       f"STEEP: tl.constexpr = {STEEP}"], "):", 8)}
 {_CHUNK_HEAD}    ib = tl.program_id(2)  # this program's row block
     j = tl.arange(0, BC)
-    kk = tl.arange(0, DK)
-{_block("i", "ib")}{_OWN_BLOCK}{_earlier(nc)}{_row_block(nc)}{_store_block(nc)}'''
+    cols = h * D + tl.arange(0, D)
+{_block("i", "ib")}{_OWN_BLOCK}{_DIAGONAL}{_left_blocks(nc)}{_store_block(nc)}'''
 
 
 def _solve(name: str, spec: KDAChunkSpec) -> str:
@@ -391,12 +417,12 @@ def _rows(name: str) -> str:
     pt = tl.load(tp + C * C, mask=low, other=0.)
     ofs = at * D + c[None, :]
     live = m[:, None]
-    tl.store(w_ptr + ofs, _tc(tt, x), mask=live)
-    tl.store(u_ptr + ofs, _tc(tt, y), mask=live)
-    tl.store(oi_ptr + ofs, _tc(pt, y), mask=live)
-    tl.store(qp_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e - _tc(pt, x), mask=live)
+    _put(w_ptr + ofs, _tc(tt, x), live)
+    _put(u_ptr + ofs, _tc(tt, y), live)
+    _put(oi_ptr + ofs, _tc(pt, y), live)
+    _put(qp_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e - _tc(pt, x), live)
     total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
-    tl.store(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), mask=live)
+    _put(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), live)
     tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(total))
 '''
 
@@ -421,15 +447,15 @@ def _walk(name: str) -> str:
 {head}        r = tl.load(chunk_ptr + i) + t
         m = ((r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s))[:, None]
         at = r[:, None].to(tl.int64) * H + h
-        w = tl.load(w_ptr + at * D + kk[None, :], mask=m, other=0.)
-        vn = tl.load(u_ptr + at * D + c[None, :], mask=m, other=0.)
+        w = _get(w_ptr + at * D + kk[None, :], m)
+        vn = _get(u_ptr + at * D + c[None, :], m)
         vn -= tl.dot(w, S, input_precision="tf32")  # [C, BV]: the chunk's deltas
-        o = tl.load(oi_ptr + at * D + c[None, :], mask=m, other=0.)
-        qp = tl.load(qp_ptr + at * D + kk[None, :], mask=m, other=0.)
+        o = _get(oi_ptr + at * D + c[None, :], m)
+        qp = _get(qp_ptr + at * D + kk[None, :], m)
         o += tl.dot(qp, S, input_precision="tf32")
         tl.store(o_ptr + r[:, None].to(tl.int64) * so + h * D + c[None, :],
                  o.to(o_ptr.dtype.element_ty), mask=m)
-        kd = tl.load(kd_ptr + at * D + kk[None, :], mask=m, other=0.)
+        kd = _get(kd_ptr + at * D + kk[None, :], m)
         decay = tl.load(decay_ptr + (i * H + h) * D + kk)
         S = decay[:, None] * S + tl.dot(tl.trans(kd), vn, input_precision="tf32")
 {tail}    tl.store(st, S)
@@ -478,6 +504,11 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
                 or tuple(t.shape[1:]) != shape[1:] or not t.is_contiguous():
             raise ValueError(f"KDA chunk scratch {name}: contiguous, at least {shape}, got "
                              f"{tuple(t.shape)} (allocate with kda_chunk.scratch)")
+    kinds = {n: getattr(work, n).dtype for n in ("w", "qp", "kd", "u", "oi")}
+    if len({kinds["w"], kinds["qp"], kinds["kd"]}) > 1 or kinds["u"] != torch.float32 \
+            or kinds["oi"] != torch.float32 or kinds["w"] not in (torch.float16, torch.float32):
+        raise ValueError(f"KDA chunk scratch dtypes: w, qp, kd one of fp16 / fp32, u and oi fp32, "
+                         f"got {kinds} (allocate with kda_chunk.scratch)")
 
 
 def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -488,7 +519,7 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     if rows == 0:
         return
     if work is None:
-        work = scratch(spec, rows, state.shape[0], q.device)
+        work = scratch(spec, rows, state.shape[0], q.device, narrow_dtype(q.dtype))
     _check(spec, q, k, v, g, b, state, out, work, rows)
     plan, intra, solve, rows_k, walk = kernels
     h, d, c = spec.heads, spec.head_dim, spec.chunk
@@ -503,8 +534,9 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     bk = min(BK, d)
     rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
                                  g.stride(0), *tables, *products, work.tp, work.coef, H=h, D=d,
-                                 C=c, BK=bk, num_warps=4)
+                                 C=c, BK=bk, num_warps=ROWS_WARPS)
     bv = min(BV, d)
     walk[(d // bv, h, runs)](slot, state, out, rows, out.stride(0), state.stride(0),
                              state.stride(1), work.chunks, work.runs, work.count, *products,
-                             H=h, D=d, C=c, BV=bv, num_warps=8, num_stages=1)
+                             H=h, D=d, C=c, BV=bv, num_warps=WALK_WARPS,
+                             num_stages=2 if work.w.element_size() == 2 else 1)
