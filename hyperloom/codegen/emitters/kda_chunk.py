@@ -29,10 +29,10 @@ sum_{j <= l < i} A_il T_lj, and Aqk T; stored in place ([C, C] each, lower block
 {name}_rows, grid (chunk bound, heads, d / BK): one chunk, head and BK channels, with chunk-wide
 products: per row W = T (beta k exp(G)), U = T (beta v), Q' = q exp(G) - (Aqk T) (beta k exp(G)),
 O' = (Aqk T) (beta v), K' = k exp(G_last - G), and exp(G_last) per chunk; W, Q' and K' stored
-in fp16 under 16-bit activations (`narrow_dtype`). Products on tensor cores in TF32 on the GPU,
-as the in-chunk kernel's Aqk; A's and the solve's stay full fp32 (with TF32 A, 5 of the 4501
-prefill rows of GLM-5.3-Flash's first 4 layers in bf16 on the H200 sat over the tie rule's 2e-2
-against the reference, 2 with fp32 A).
+in fp16 under 16-bit activations (`narrow_dtype`). Products on tensor cores in TF32 on the GPU;
+the in-chunk kernel's and the solve's stay full fp32: with TF32 A and Aqk, or TF32 Aqk alone,
+5 of the 4501 prefill rows of GLM-5.3-Flash's first 4 layers in bf16 on the H200 sat over the
+tie rule's 2e-2 against the reference (4 allowed), with both in fp32 2.
 
 {name}, grid (d / BV, heads, run bound): walks its run's chunks in order with S[:, BV columns]
 in registers, loaded once from state[slot] and stored once: V' = U - W S; o = O' + Q' S;
@@ -56,7 +56,7 @@ BK = 64  # channels per program of the row products: [C, BK] tiles beside T and 
 # Launch shapes measured on the H200 at 64 heads x 128, 8192 tokens, bf16 in (sweeps of this
 # module's kernels, BENCHMARKS.md): the in-chunk kernel whole-width at 2 warps 2.29 ms with
 # full-fp32 products (4 warps 2.43, 8 warps 4.04), 0.95 ms with all of them TF32 (4 warps 1.65,
-# 1 warp 1.52), too coarse for A (the row products' note); solve 2 warps
+# 1 warp 1.52), too coarse (the row products' note); solve 2 warps
 # 145 us (4: 163, 8: 227); row products BK 64 at 4 warps 0.87 ms with U and O' in fp32 (8
 # warps 1.23; all five in fp16 0.81, BK 32 0.94, BK 128 0.97); the walk 8 warps, 2 stages over fp16 products 0.72 ms (1 stage 0.86; 4 warps
 # 0.99; BV 128 1.10; BV 32 0.77 to 0.89). Over fp32 products 2 stages need more than the
@@ -146,13 +146,14 @@ def _max(a, b):
 
 @triton.jit
 def _mm(a, b):
-    """A's products and the solve's in full fp32: the solve amplifies A's rounding."""
+    """The in-chunk and solve products in full fp32 (A feeds the solve, which amplifies its
+    rounding; Aqk too, by test on the H200: the note on the row products)."""
     return tl.dot(a, b, input_precision="ieee")
 
 
 @triton.jit
 def _tc(a, b):
-    """Aqk's and the row products on tensor cores (tf32, as the chunk walk's)."""
+    """The row products on tensor cores (tf32, as the chunk walk's)."""
     return tl.dot(a, b, input_precision="tf32")
 
 
@@ -269,7 +270,7 @@ _OWN_BLOCK = """    k = _tile(k_ptr, ri, mi, sk, cols)  # [BC, D]: the head's wh
 _DIAGONAL = """    if tl.min(gl) >= -STEEP:
         kn = tl.trans(k * tl.exp(-gl))
         ad = _mm(ki, kn)  # masked when stored
-        pd = _tc(qi, kn)
+        pd = _mm(qi, kn)
     else:
         ad = tl.zeros([BC, BC], dtype=tl.float32)
         pd = tl.zeros([BC, BC], dtype=tl.float32)
@@ -297,7 +298,7 @@ def _left_blocks(nc: int) -> str:
                    f"        kj = _tile(k_ptr, r{x}, m{x}, sk, cols)\n"
                    "        kj *= _rnorm(kj)[:, None] * tl.exp(gt - tl.cumsum(gj, 0) + span)\n"
                    f"        a{x} = _mm(ki, tl.trans(kj))\n"
-                   f"        p{x} = _tc(qi, tl.trans(kj))\n"
+                   f"        p{x} = _mm(qi, tl.trans(kj))\n"
                    "        span += gt\n")
     return "".join(out)
 
