@@ -9,7 +9,8 @@ ATOL = {
 }
 
 # relative error ||got - want|| / ||want|| of whole-model logits (bf16 kernels vs fp32 reference)
-REL = {torch.bfloat16: 2e-2, torch.float32: 1e-5}
+REL = {torch.bfloat16: 2e-2, torch.float32: 1e-5,
+       torch.float16: 1e-3}  # fp32 math over fp16-stored intermediates (unit roundoff 4.9e-4)
 
 # Real-width models choose discretely (8 of 288 experts, 512 of ~1000 pools): a row whose choice
 # sits on a rounding tie takes the other side, so per-row checks there allow TIE_ROWS of the rows

@@ -17,7 +17,7 @@ from hyperloom.codegen.emitters import kda, kda_chunk
 from hyperloom.codegen.emitters.kda_chunk import KDAChunkSpec
 from hyperloom.ir.semantics.kda import l2norm
 from tests.codegen.test_kda import Step
-from tests.tolerances import assert_close, assert_rel
+from tests.tolerances import REL, assert_close, assert_rel
 
 
 class ChunkStep(Step):
@@ -183,6 +183,26 @@ def test_chunked_equals_recurrent_kernel() -> None:
     live = step.slot >= 0
     assert_close(step.out[live], out[live], torch.float32, "chunked vs recurrent out")
     assert_close(chunked, recurrent, torch.float32, "chunked vs recurrent state")
+
+
+def test_fp16_row_products() -> None:
+    # W, Q' and K' in fp16 (the scratch of 16-bit activations), U and O' fp32: the kernels cast
+    # on store and load; the result within fp16's rounding of the fp32 math
+    spec = KDAChunkSpec(2, 32, chunk=16)
+    step = ChunkStep(spec, MIXED, "cpu", torch.float32, seed=12)
+    assert kda_chunk.narrow_dtype(torch.bfloat16) == torch.float16
+    work = kda_chunk.scratch(spec, len(MIXED), step.slots, "cpu", torch.float16)
+    assert (work.w.dtype, work.u.dtype, work.kd.dtype) == (torch.float16, torch.float32,
+                                                           torch.float16)
+    state = step.state.clone()
+    src = kda_chunk.source("kc", spec, header="test")
+    kernels = tuple(load(src, n, "cpu", "kc") for n in kda_chunk.kernel_names("kc"))
+    kda_chunk.launch(kernels, spec, q=step.q, k=step.k, v=step.v, g=step.g, b=step.b,
+                     slot=step.slot, state=state, out=step.out, rows=len(MIXED), work=work)
+    out, want = step.reference(torch.float64)
+    live = step.slot >= 0
+    assert_rel(step.out[live], out, REL[torch.float16], "out")
+    assert_rel(state, want, REL[torch.float16], "state")
 
 
 def test_bad_inputs_are_refused() -> None:

@@ -56,11 +56,11 @@ BK = 64  # channels per program of the row products: [C, BK] tiles beside T and 
 # Launch shapes measured on the H200 at 64 heads x 128, 8192 tokens, bf16 in (sweeps of this
 # module's kernels, BENCHMARKS.md): the in-chunk kernel whole-width at 2 warps 2.29 ms with
 # full-fp32 products (4 warps 2.43, 8 warps 4.04), 0.95 ms with all of them TF32 (4 warps 1.65,
-# 1 warp 1.52), too coarse (the row products' note); solve 2 warps
-# 145 us (4: 163, 8: 227); row products BK 64 at 4 warps 0.87 ms with U and O' in fp32 (8
-# warps 1.23; all five in fp16 0.81, BK 32 0.94, BK 128 0.97); the walk 8 warps, 2 stages over fp16 products 0.72 ms (1 stage 0.86; 4 warps
-# 0.99; BV 128 1.10; BV 32 0.77 to 0.89). Over fp32 products 2 stages need more than the
-# 227 KiB of shared memory: 1 stage.
+# 1 warp 1.52), too coarse (the row products' note); solve 2 warps 145 us (4: 163, 8: 227);
+# row products BK 64 at 4 warps 0.87 ms with U and O' in fp32 (8 warps 1.23; all five in fp16
+# 0.81, BK 32 0.94, BK 128 0.97); the walk 8 warps, 2 stages over fp16 products 0.72 ms (1
+# stage 0.86; 4 warps 0.99; BV 128 1.10; BV 32 0.77 to 0.89). Over fp32 products 2 stages need
+# more than the 227 KiB of shared memory: 1 stage.
 INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS = 2, 2, 4, 8
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
