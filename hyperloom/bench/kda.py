@@ -239,7 +239,7 @@ def chunked_path(chunk: ModuleType, spec: KDASpec, x: Inputs, device: torch.devi
     name, cspec = "bench_kda_chunk", chunk.KDAChunkSpec(spec.heads, spec.head_dim)
     src = chunk.source(name, cspec, header=f"bench: chunked KDA {cspec}")
     kernels = tuple(load(src, n, device, name) for n in chunk.kernel_names(name))
-    work = chunk.scratch(cspec, x.rows, x.batch, device, chunk.narrow_dtype(x.q.dtype))
+    work = chunk.scratch(cspec, x.rows, x.batch, device, x.q.dtype)
 
     def launch(**kw: torch.Tensor) -> None:
         chunk.launch(kernels, cspec, q=x.q, k=x.k, v=x.v, g=x.g, b=x.b, rows=x.rows, work=work,

@@ -183,8 +183,7 @@ def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
     cspec, max_rows = kda.chunk_spec(spec), q.shape[0]
     key = ("kda_chunk", cspec, max_rows, state.shape[0])
     if max_rows >= kda.CHUNKED_ROWS and key not in o.scratch:
-        o.scratch[key] = kda_chunk.scratch(cspec, max_rows, state.shape[0], device,
-                                           kda_chunk.narrow_dtype(q.dtype))
+        o.scratch[key] = kda_chunk.scratch(cspec, max_rows, state.shape[0], device, q.dtype)
     work = o.scratch.get(key)
 
     def run(rows: int, seq_rows: int) -> None:

@@ -113,10 +113,11 @@ def narrow_dtype(act: torch.dtype) -> torch.dtype:
 
 
 def scratch(spec: KDAChunkSpec, rows: int, slots: int, device,
-            narrow: torch.dtype = torch.float32) -> KDAChunkScratch:
-    """Allocate once (outside a captured launch) for the largest step: 3 d row products in
-    `narrow` (`narrow_dtype`), 2 d + 2 C + 4 fp32 a row and head; at 64 heads x 128 and 8192
-    rows 1.5 GiB in fp32, 1.1 GiB with fp16 products."""
+            act: torch.dtype = torch.float32) -> KDAChunkScratch:
+    """Allocate once (outside a captured launch) for the largest step of activations of dtype
+    `act`: 3 d row products in narrow_dtype(act), 2 d + 2 C + 4 fp32 a row and head; at 64
+    heads x 128 and 8192 rows 1.5 GiB in fp32, 1.1 GiB with fp16 products."""
+    narrow = narrow_dtype(act)
     runs, chunks = bounds(spec, rows, slots)
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     i32, f32 = dict(dtype=torch.int32, device=device), dict(dtype=torch.float32, device=device)
@@ -508,9 +509,10 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
                 or tuple(t.shape[1:]) != shape[1:] or not t.is_contiguous():
             raise ValueError(f"KDA chunk scratch {name}: contiguous, at least {shape}, got "
                              f"{tuple(t.shape)} (allocate with kda_chunk.scratch)")
+    narrow = work.w.dtype if work.w.dtype in (torch.float16, torch.float32) else None
     kinds = {n: getattr(work, n).dtype for n in ("w", "qp", "kd", "u", "oi")}
-    if len({kinds["w"], kinds["qp"], kinds["kd"]}) > 1 or kinds["u"] != torch.float32 \
-            or kinds["oi"] != torch.float32 or kinds["w"] not in (torch.float16, torch.float32):
+    want = dict(w=narrow, qp=narrow, kd=narrow, u=torch.float32, oi=torch.float32)
+    if kinds != want:
         raise ValueError(f"KDA chunk scratch dtypes: w, qp, kd one of fp16 / fp32, u and oi fp32, "
                          f"got {kinds} (allocate with kda_chunk.scratch)")
 
@@ -523,7 +525,7 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     if rows == 0:
         return
     if work is None:
-        work = scratch(spec, rows, state.shape[0], q.device, narrow_dtype(q.dtype))
+        work = scratch(spec, rows, state.shape[0], q.device, q.dtype)
     _check(spec, q, k, v, g, b, state, out, work, rows)
     plan, intra, solve, rows_k, walk = kernels
     h, d, c = spec.heads, spec.head_dim, spec.chunk
