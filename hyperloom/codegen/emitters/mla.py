@@ -31,7 +31,7 @@ import triton
 
 from hyperloom.codegen.emitters import paging
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import comment
+from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
 
 BN = 32  # index entries per iteration
@@ -97,7 +97,7 @@ def {name}(q_ptr, c_ptr, w_ptr, slot_ptr, pos_ptr, lat_ptr, qa_ptr, rows, sq, sc
         lat_s1, capacity,{table} BM: tl.constexpr, H: tl.constexpr = {spec.heads},
         DK: tl.constexpr = {dk}, DV: tl.constexpr = {spec.v_head_dim}, R: tl.constexpr = {r},
         BK: tl.constexpr = {min(64, _p2(dk))}, BR: tl.constexpr = {_br(spec)}{page}):
-    h = tl.program_id(1)
+{pdl("    ")}    h = tl.program_id(1)
     m = tl.program_id(0) * BM + tl.arange(0, BM)
     m64 = m.to(tl.int64)
     rc = tl.program_id(2) * BR + tl.arange(0, BR)
@@ -138,7 +138,7 @@ def {name}(qa_ptr, idx_ptr, slot_ptr, pos_ptr, lat_ptr, acc_ptr, ml_ptr, rows, s
         W: tl.constexpr = {spec.width}, BH: tl.constexpr = {spec.head_block},
         BN: tl.constexpr = {BN},
         QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
-    r = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * BH + tl.arange(0, BH)
     sp = tl.program_id(2)
     s = tl.load(slot_ptr + r).to(tl.int64)
@@ -184,7 +184,7 @@ def {name}(acc_ptr, ml_ptr, w_ptr, o_ptr, rows, so, SPLITS: tl.constexpr, BM: tl
         H: tl.constexpr = {spec.heads}, DK: tl.constexpr = {spec.qk_head_dim},
         DV: tl.constexpr = {dv}, R: tl.constexpr = {r}, BK: tl.constexpr = {min(64, _p2(r))},
         BV: tl.constexpr = {_bv(spec)}):
-    h = tl.program_id(1)
+{pdl("    ")}    h = tl.program_id(1)
     m = tl.program_id(0) * BM + tl.arange(0, BM)
     m64 = m.to(tl.int64)
     v = tl.program_id(2) * BV + tl.arange(0, BV)
