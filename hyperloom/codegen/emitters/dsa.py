@@ -52,8 +52,6 @@ SCORE_PROGRAMS, MAX_IT = 2048, 8  # a launch's programs, once rows x blocks exce
 # program each (one program a row took 115.6 us at 32768 pools, 31.4 at 8192: BENCHMARKS)
 SMALL_BLOCK, SMALL_POOLS, SEG = 1024, 2048, 1024
 TOP = 12  # key bits of the segmented select's first histogram (one bin: 1/8 of an octave)
-NIB = 4  # key bits a step of the search among the candidates (32 - TOP of them in all)
-assert (32 - TOP) % NIB == 0
 GB = 32  # segments' counts summed per load
 WARPS, SELECT_WARPS = 4, 8  # a row's selection is one program: give it more threads
 
@@ -254,16 +252,13 @@ def _kth_candidate(row_ptr, cand_ptr, nc, top, need, BLOCK: tl.constexpr):
     in bin `top` of the top-bits histogram, of which the need-th largest is the K-th key (more
     than BLOCK: 3 radix passes over them).\"\"\"
     if nc <= BLOCK:  # the usual case: the candidates' keys stay in registers, and the
-        # K-th key is the largest t with need keys >= t, found {nib} bits a step: each step
-        # counts the keys at or above all {digits} values of its digit in one reduction
+        # K-th key is the largest t with need keys >= t, found bit by bit (32 - {top} sums)
         j = tl.arange(0, BLOCK)
         u = tl.where(j < nc, _keys(row_ptr, cand_ptr, j, j < nc, True), -1)
         thr = top.to(tl.int64) << (32 - {top})
-        d = tl.arange(0, {digits})
-        for b in tl.static_range({steps}):
-            t = thr + (d.to(tl.int64) << (32 - {top} - {nib} * (b + 1)))
-            at_or_above = tl.sum((u[:, None] >= t[None, :]).to(tl.int32), axis=0)
-            thr = tl.max(tl.where(at_or_above >= need, t, thr), axis=0)
+        for b in tl.static_range(32 - {top}):
+            t = thr + (1 << (31 - {top} - b))
+            thr = tl.where(tl.sum((u >= t).to(tl.int32), axis=0) >= need, t, thr)
         return thr, need - tl.sum((u > thr).to(tl.int32), axis=0)
     prefix = (top >> ({top} - 8)).to(tl.int64) << 24  # the bin's bits below 24 return in pass 1
     for i in tl.static_range(3):  # digits at bits 16, 8, 0
@@ -334,7 +329,7 @@ def _finish(out, done, s, p, P: tl.constexpr, PP: tl.constexpr, TOPK: tl.constex
 def _keys_source() -> str:
     loops = {"keys": ("start", "0", "n", "BLOCK"), "cand": ("c0", "0", "nc", "BLOCK"),
              "early": ("g0", "0", "g", "GB"), "emit": ("j0", "start", "stop", "BLOCK")}
-    parts = {"top": TOP, "nib": NIB, "digits": 1 << NIB, "steps": (32 - TOP) // NIB}
+    parts = {"top": TOP}
     for key, (var, lo, hi, step) in loops.items():
         parts[f"{key}_head"], parts[f"{key}_tail"] = runtime_loop(var, lo, hi, step, " " * 4)
     return _KEYS.format(**parts)
@@ -348,13 +343,11 @@ def _select_source(name: str, spec: DSASpec) -> str:
               f"FILL: tl.constexpr = {min(1024, triton.next_power_of_2(spec.topk))}, "
               f"SEG: tl.constexpr = {SEG}, TOP: tl.constexpr = {TOP}, "
               f"NB: tl.constexpr = {1 << TOP}")
-    row = '''    r = tl.program_id(0).to(tl.int64)
-'''
-    seen = '''    s = tl.load(slot_ptr + r)
+    visible = pdl("    ") + '''    r = tl.program_id(0).to(tl.int64)
+    s = tl.load(slot_ptr + r)
     p = tl.load(pos_ptr + r)
     n = tl.where(s >= 0, tl.minimum((p + 1) // P, npools), 0).to(tl.int32)  # visible pools
 '''
-    visible = pdl("    ") + row + seen
     return f'''
 @triton.jit
 def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, BLOCK: tl.constexpr,
@@ -380,18 +373,15 @@ def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, ssc, npools, {consts}):
 @triton.jit
 def {name}_cands(sc_ptr, slot_ptr, pos_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr, cand_ptr,
         ssc, scand, npools, rows_cap, segs_cap, {consts}):
-{pdl("    ")}{row}    g = tl.program_id(1)
-    # the segment's scores and the row's histogram are loaded before the slot and position
-    # are known (within the capacity: the scratch holds them), so the three loads overlap
-    j = g * SEG + tl.arange(0, SEG)
-    x = tl.load(sc_ptr + r * ssc + j, mask=j < npools, other=0.0)
-    bins = tl.arange(0, NB)
-    hist = tl.load(hist_ptr + r * NB + bins)
-{seen}    if (n > K) & (g * SEG < n):  # dense rows (n <= K) take every pool: nothing to find
+{visible}    g = tl.program_id(1)
+    if (n > K) & (g * SEG < n):  # dense rows (n <= K) take every pool: nothing to find
+        bins = tl.arange(0, NB)
+        hist = tl.load(hist_ptr + r * NB + bins)
         at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
         top = tl.max(tl.where(at_or_above >= K, bins, 0), axis=0)  # the K-th key's bin
+        j = g * SEG + tl.arange(0, SEG)
         jm = j < n
-        u = _ordered(x) >> (32 - TOP)
+        u = _ordered(tl.load(sc_ptr + r * ssc + j, mask=jm, other=0.0)) >> (32 - TOP)
         tl.store(sure_ptr + r * segs_cap + g, tl.sum((jm & (u > top)).to(tl.int32), axis=0))
         cand = (jm & (u == top)).to(tl.int32)
         at = tl.atomic_add(cnt_ptr + r, tl.sum(cand, axis=0)) + tl.cumsum(cand, axis=0) - 1
@@ -416,18 +406,16 @@ def {name}_cands(sc_ptr, slot_ptr, pos_ptr, hist_ptr, state_ptr, sure_ptr, cnt_p
 @triton.jit
 def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, state_ptr, sure_ptr, cand_ptr, ssc, so,
         scand, npools, segs_cap, GB: tl.constexpr, {consts}):
-{pdl("    ")}{row}    kth = tl.load(state_ptr + r * 3)  # loaded with the slot (read only if n > K)
-    kth_take = tl.load(state_ptr + r * 3 + 1).to(tl.int32)
-    nc = tl.load(state_ptr + r * 3 + 2).to(tl.int32)
-{seen}    g = tl.program_id(1)
+{visible}    g = tl.program_id(1)
     segs = (n + SEG - 1) // SEG
     thr = n.to(tl.int64) * 0 - 1  # dense: every pool, those before this segment included
     take = n * 0
     done = g * SEG
     ties = n * 0
     if (n > K) & (g < segs):
-        thr = kth
-        take = kth_take
+        thr = tl.load(state_ptr + r * 3)
+        take = tl.load(state_ptr + r * 3 + 1).to(tl.int32)
+        nc = tl.load(state_ptr + r * 3 + 2).to(tl.int32)
         above, ties = _before(sc_ptr + r * ssc, cand_ptr + r * scand, nc, thr, g * SEG, SEG)
         done = _earlier(sure_ptr + r * segs_cap, g, GB) + above + tl.minimum(ties, take)
     if g < segs:
