@@ -15,6 +15,7 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import moe_experts, moe_router
+from hyperloom.codegen.emitters.matmul_tiles import SMEM_BYTES
 from hyperloom.codegen.emitters.moe_experts import ExpertsSpec
 from hyperloom.codegen.emitters.moe_router import RouterSpec
 from hyperloom.ir import ops
@@ -152,6 +153,18 @@ def test_experts_wide_tiles_and_many_route_chunks(monkeypatch) -> None:
     assert moe_experts.tiles(spec, 150).bm == 128
     got = _experts(spec, 150, inputs, None)
     assert_close(got, _want(spec, inputs), torch.float32, "experts, 128-row tiles")
+
+
+@pytest.mark.parametrize("rows", [1, 16, 600, 1024, 4096, 16384])
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_pipelined_tiles_fit_their_shared_memory(rows: int, itemsize: int) -> None:
+    """Every tiling's pipelined operand tiles fit its budget: 128-row prefill tiles may take
+    more than the others (a 4th stage), never more than PREFILL_SMEM."""
+    spec = ExpertsSpec(288, 4096, 2048, 8, 7.0)
+    t = moe_experts.tiles(spec, rows, None, itemsize, itemsize)
+    used = t.stages * t.bk * (t.bm + max(2 * t.bn, t.bn_down)) * itemsize
+    budget = moe_experts.PREFILL_SMEM if t.bm == 128 else SMEM_BYTES
+    assert t.stages >= 2 and used <= budget <= 227 * 1024, (t, used)
 
 
 def test_route_groups_pairs_stably_over_chunks(monkeypatch) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from hyperloom.codegen.emitters.matmul_tiles import fit_smem
+from hyperloom.codegen.emitters.matmul_tiles import SMEM_BYTES, fit_smem
 from hyperloom.codegen.emitters.text import comment
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
@@ -37,6 +37,10 @@ GEMV_ROWS = 16  # at most this many rows per expert on average: GEMV tiling
 # at batch 64 it is 1760 + 885 against 1773 + 884 (bench/results sweep notes: BENCHMARKS)
 FEW_ROWS = 4
 COMBINE_BLOCK = 1024
+# prefill's 128-row tiles stream expert weights (~114 rows an expert at 4096 tokens: bandwidth
+# bound), so they keep a 4th 48 KB stage in flight: on the H200 at GLM-5.3-Flash's size, 4096
+# tokens, gate_up + down 2824 + 1516 us at 3 stages (144 KB) -> 2719 + 1371 at 4 (BENCHMARKS)
+PREFILL_SMEM = 192 * 1024
 ROUTE_BLOCKS = (128, MOE_ROUTE_PAIRS)  # pairs the route kernel sorts at a time: fewest, most
 
 
@@ -265,9 +269,10 @@ def tiles(spec: ExpertsSpec, rows: int, gemv: bool | None = None, x_bytes: int =
     elif per_expert <= 64:
         t = Tiles(64, 64, 128, 64, 8, 4, 3)  # gate_up: two 64 x 64 accumulators, 128 registers
     else:
-        t = Tiles(128, 128, 256, 64, 8, 8, 3)
+        t = Tiles(128, 128, 256, 64, 8, 8, 4)
     bk = min(t.bk, max(16, triton.next_power_of_2(min(spec.hidden, spec.inter))))
-    stages, bk = fit_smem(t.stages, bk, t.bm * x_bytes + max(2 * t.bn, t.bn_down) * w_bytes)
+    stages, bk = fit_smem(t.stages, bk, t.bm * x_bytes + max(2 * t.bn, t.bn_down) * w_bytes,
+                          PREFILL_SMEM if t.bm == 128 else SMEM_BYTES)
     return Tiles(t.bm, t.bn, t.bn_down, bk, t.group_m, t.warps, stages)
 
 
