@@ -48,22 +48,23 @@ def test_every_launched_kernel_waits_before_it_touches_memory(knobs):
     assert waiting >= 12  # embed, hc_pre x5, GEMMs, rope + attention kernels, hc_post, norm
 
 
-def test_glm_kernels_that_wait_do_so_before_they_touch_memory():
-    """GLM's sources: a kernel with a wait touches nothing before it, and the DSA indexer's and
-    MLA's kernels (a decode step's chain of small launches) all wait."""
+def test_glm_kernels_wait_before_they_touch_memory():
+    """GLM's sources: every launched kernel waits before it touches memory, but the chunked
+    KDA prefill's five (milliseconds a launch: nothing for an early start to hide)."""
     with overrides(interpret=False):
         sources = compile_graph(hyperloom.build("glm5next", "tiny").main, 64).sources
-    sparse = 0
+    waiting = set()
     for entry, source in sources.items():
         for name, body in _kernels(source).items():
             at = next((i for i, line in enumerate(body) if PDL_WAIT in line), None)
-            if "dsa" in entry or "mla" in entry:
-                assert name.startswith("_") or at is not None, (entry, name)
-            if at is None:
+            if name.startswith("_") or "_chunk" in name:
+                assert at is None, (entry, name)
                 continue
+            assert at is not None, (entry, name)
             assert not [line for line in body[:at] if TOUCHES.search(line)], (entry, name)
-            sparse += "dsa" in entry or "mla" in entry
-    assert sparse >= 9  # pool, score, one-program select, hist, cands, write; absorb, attend, out
+            waiting.add(cache.shared_name(entry))
+    for kind in ("dsa", "mla", "moe_router", "moe_experts", "kda", "add", "hc_head_mean"):
+        assert any(kind in e for e in waiting), kind
 
 
 @pytest.mark.parametrize("knobs", [{"pdl": False}, {"pdl": True, "interpret": True}])

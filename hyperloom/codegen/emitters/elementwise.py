@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from hyperloom.codegen.emitters.text import comment
+from hyperloom.codegen.emitters.text import comment, pdl
 
 KINDS = ("add", "concat", "cast", "head_mean")
 BLOCK = 1024  # elements a program holds: 8 fp32 registers a thread at 4 warps
@@ -54,7 +54,7 @@ def _add(name: str, spec: ElementwiseSpec) -> str:
     return f'''@triton.jit
 def {name}(a_ptr, b_ptr, o_ptr, sa, sb, so, W: tl.constexpr = {spec.width},
         BLOCK: tl.constexpr = {_block(spec)}):
-    r = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = c < W
     a = tl.load(a_ptr + r * sa + c, mask=m, other=0.0).to(tl.float32)
@@ -67,7 +67,7 @@ def _concat(name: str, spec: ElementwiseSpec) -> str:
     return f'''@triton.jit
 def {name}(a_ptr, b_ptr, o_ptr, sa, sb, so, W: tl.constexpr = {spec.width},
         SPLIT: tl.constexpr = {spec.split}, BLOCK: tl.constexpr = {_block(spec)}):
-    r = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = c < W
     a = tl.load(a_ptr + r * sa + c, mask=c < SPLIT, other=0.0).to(tl.float32)
@@ -80,7 +80,7 @@ def _cast(name: str, spec: ElementwiseSpec) -> str:
     return f'''@triton.jit
 def {name}(x_ptr, o_ptr, sx, so, W: tl.constexpr = {spec.width},
         BLOCK: tl.constexpr = {_block(spec)}):
-    r = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = c < W
     x = tl.load(x_ptr + r * sx + c, mask=m, other=0.0).to(tl.float32)
@@ -93,7 +93,7 @@ def _head_mean(name: str, spec: ElementwiseSpec) -> str:
 def {name}(x_ptr, o_ptr, sx, sn, so, W: tl.constexpr = {spec.width},
         N: tl.constexpr = {spec.streams}, BN: tl.constexpr = {_streams_block(spec)},
         BLOCK: tl.constexpr = {_block(spec)}):
-    r = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     n = tl.arange(0, BN)
     m = (n[:, None] < N) & (c[None, :] < W)

@@ -26,7 +26,7 @@ import torch
 import triton
 
 from hyperloom.codegen.emitters.matmul_tiles import SMEM_BYTES, fit_smem
-from hyperloom.codegen.emitters.text import comment
+from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
 from hyperloom.passes.kernel_plan import MOE_ROUTE_PAIRS
@@ -121,7 +121,7 @@ def _route(name: str, spec: ExpertsSpec) -> str:
 @triton.jit(do_not_specialize=["pairs"])
 def {name}_count(ids_ptr, skip_ptr, counts_ptr, pairs, si, ss, BLOCK: tl.constexpr,
         HAS_SKIP: tl.constexpr, {consts}):
-    c = tl.program_id(0)
+{pdl("    ")}    c = tl.program_id(0)
     e = _expert_of(ids_ptr, skip_ptr, c * BLOCK + tl.arange(0, BLOCK), pairs, si, ss, K, E,
                    HAS_SKIP)
     tl.store(counts_ptr + c * EB + tl.arange(0, EB), tl.histogram(e, EB))
@@ -130,7 +130,7 @@ def {name}_count(ids_ptr, skip_ptr, counts_ptr, pairs, si, ss, BLOCK: tl.constex
 @triton.jit(do_not_specialize=["pairs", "chunks"])
 def {name}_route(ids_ptr, skip_ptr, counts_ptr, order_ptr, meta_ptr, pairs, chunks, si, ss,
         BM: tl.constexpr, BLOCK: tl.constexpr, HAS_SKIP: tl.constexpr, {consts}):
-    c = tl.program_id(0)
+{pdl("    ")}    c = tl.program_id(0)
     eb = tl.arange(0, EB)
     lane = tl.arange(0, BLOCK)
     e = _expert_of(ids_ptr, skip_ptr, c * BLOCK + lane, pairs, si, ss, K, E, HAS_SKIP)
@@ -180,7 +180,7 @@ def {name}_{kind}({params}, order_ptr, meta_ptr, tiles_ub, {stride}, BM: tl.cons
         BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
         E: tl.constexpr = {spec.experts}, EB: tl.constexpr = {spec.bins},
         K: tl.constexpr = {spec.top_k}, N: tl.constexpr = {n}, KD: tl.constexpr = {k}):
-    pid_m, pid_n = _tile_of(tl.program_id(0), tiles_ub, tl.cdiv(N, BN), GROUP_M)
+{pdl("    ")}    pid_m, pid_n = _tile_of(tl.program_id(0), tiles_ub, tl.cdiv(N, BN), GROUP_M)
     e = _expert_at(meta_ptr, pid_m, EB)
     if e >= E:  # past the step's last tile
         return
@@ -221,7 +221,7 @@ def _combine(name: str, spec: ExpertsSpec) -> str:
 def {name}(part_ptr, ids_ptr, skip_ptr, out_ptr, si, ss, so, BH: tl.constexpr,
         HAS_SKIP: tl.constexpr, E: tl.constexpr = {spec.experts},
         H: tl.constexpr = {spec.hidden}, K: tl.constexpr = {spec.top_k}):
-    t = tl.program_id(0).to(tl.int64)
+{pdl("    ")}    t = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BH + tl.arange(0, BH)
     ok = c < H
     if HAS_SKIP:

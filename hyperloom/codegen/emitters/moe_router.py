@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from hyperloom.codegen.emitters.text import comment
+from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
 
@@ -66,7 +66,7 @@ def _logits(name: str, spec: RouterSpec) -> str:
 def {name}_logits(x_ptr, w_ptr, part_ptr, rows, sx, sp, SPLIT: tl.constexpr, BM: tl.constexpr,
         BN: tl.constexpr, BK: tl.constexpr, E: tl.constexpr = {spec.experts},
         H: tl.constexpr = {spec.hidden}):
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+{pdl("    ")}    rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     k_lo = tl.program_id(2) * SPLIT
     rk = tl.arange(0, BK)
@@ -120,7 +120,7 @@ def {name}(part_ptr, bias_ptr, wt_ptr, id_ptr, sp, sw, si, SPLITS: tl.constexpr,
         GS: tl.constexpr = {spec.group_size}, GB: tl.constexpr = {_pow2(spec.n_group)},
         GSB: tl.constexpr = {_pow2(spec.group_size)}, K: tl.constexpr = {spec.top_k},
         KB: tl.constexpr = {_pow2(spec.top_k)}):
-    NEG = float("-inf")
+{pdl("    ")}    NEG = float("-inf")
     t = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, GSB)[None, :]
     ok = (tl.arange(0, GB)[:, None] < G) & (j < GS)
