@@ -39,7 +39,8 @@ FEW_ROWS = 4
 COMBINE_BLOCK = 1024
 # prefill's 128-row tiles stream expert weights (~114 rows an expert at 4096 tokens: bandwidth
 # bound), so they keep a 4th 48 KB stage in flight: on the H200 at GLM-5.3-Flash's size, 4096
-# tokens, gate_up + down 2824 + 1516 us at 3 stages (144 KB) -> 2719 + 1371 at 4 (BENCHMARKS)
+# tokens, gate_up + down 2824 + 1516 us at 3 stages (144 KB) -> 2719 + 1371 at 4 (BENCHMARKS);
+# 16-bit operands only (fp32 tiles keep SMEM_BYTES: their epilogue scratch is twice as large)
 PREFILL_SMEM = 192 * 1024
 ROUTE_BLOCKS = (128, MOE_ROUTE_PAIRS)  # pairs the route kernel sorts at a time: fewest, most
 
@@ -271,8 +272,9 @@ def tiles(spec: ExpertsSpec, rows: int, gemv: bool | None = None, x_bytes: int =
     else:
         t = Tiles(128, 128, 256, 64, 8, 8, 4)
     bk = min(t.bk, max(16, triton.next_power_of_2(min(spec.hidden, spec.inter))))
+    wide = t.bm == 128 and x_bytes == w_bytes == 2  # as measured; fp32 keeps the old budget
     stages, bk = fit_smem(t.stages, bk, t.bm * x_bytes + max(2 * t.bn, t.bn_down) * w_bytes,
-                          PREFILL_SMEM if t.bm == 128 else SMEM_BYTES)
+                          PREFILL_SMEM if wide else SMEM_BYTES)
     return Tiles(t.bm, t.bn, t.bn_down, bk, t.group_m, t.warps, stages)
 
 
