@@ -1,0 +1,40 @@
+"""Compiles one generated kernel for sm_90 and prints its resources as JSON (run by
+test_sm90_resources in a process of its own: Triton's standard library must be JIT functions,
+which a process started under TRITON_INTERPRET=1 does not have).
+
+usage: python -m tests.codegen.sm90_compile JOB.json, the job holding the module's path, the
+kernel's name, its runtime arguments' types, constexprs without defaults, warps, stages and
+the integer arguments the launch specialises as 16-divisible."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+
+def compile_job(job: dict) -> dict:
+    spec = importlib.util.spec_from_file_location("sm90_probe", job["path"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, job["name"])
+    types, sig, const = job["types"], {}, {}
+    for arg, param in zip(fn.arg_names, fn.params):
+        sig[arg] = types.get(arg, "constexpr")
+        if arg not in types:
+            const[arg] = job["consts"].get(arg, param.default)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, arg in enumerate(fn.arg_names)
+             if arg in types and (types[arg].startswith("*") or arg in job["divisible"])}
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": job["warps"], "num_stages": job["stages"]})
+    return {"shared": kernel.metadata.shared,
+            "async_copies": kernel.asm["ttgir"].count("async_copy_global_to_local")}
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as f:
+        print(json.dumps(compile_job(json.load(f))))

@@ -1,0 +1,81 @@
+"""The H200's kernels compiled for sm_90 on the CPU (Triton's bundled ptxas, no device): shared
+memory within the 227 KB a block may take, and the weight and key streams software-pipelined.
+The arguments are specialised as the device's launches specialise them (pointers and the
+strides named 16-divisible), so the pipeliner sees what it sees there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hyperloom.codegen.emitters import dsa as dsa_emitter
+from hyperloom.codegen.emitters import moe_experts
+from hyperloom.codegen.emitters.dsa import DSASpec
+from hyperloom.config import overrides
+
+SM90_SHARED = 227 * 1024  # dynamic shared memory a block may take on Hopper
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sm90(tmp_path, source: str, name: str, types: dict[str, str], consts: dict, warps: int,
+          stages: int, divisible: tuple[str, ...] = ()) -> dict:
+    """{shared, async_copies} of `name` from the GPU-form `source` compiled for sm_90 in a
+    process of its own (`sm90_compile`); `types` gives the runtime arguments' Triton types,
+    `consts` the constexprs without defaults."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    job = tmp_path / f"{name}.json"
+    job.write_text(json.dumps({"path": str(path), "name": name, "types": types,
+                               "consts": consts, "warps": warps, "stages": stages,
+                               "divisible": list(divisible)}))
+    env = os.environ | {"TRITON_INTERPRET": "0"}
+    run = subprocess.run([sys.executable, "-m", "tests.codegen.sm90_compile", str(job)],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    if run.returncode and "ptxas" in run.stderr and "not found" in run.stderr:
+        pytest.skip("Triton without ptxas for sm_90")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+GLM_EXPERTS = moe_experts.ExpertsSpec(288, 4096, 2048, 8, 7.0)
+EXPERT_TYPES = {"order_ptr": "*i32", "meta_ptr": "*i32", "tiles_ub": "i32"}
+
+
+@pytest.mark.parametrize("rows, dtype", [(4096, "bf16"), (4096, "fp32"), (600, "bf16"),
+                                         (1, "bf16")])
+def test_expert_gemms_fit_shared_memory_and_pipeline(rows: int, dtype: str, tmp_path) -> None:
+    """gate_up and down at GLM-5.3-Flash's size with the tiles `moe_experts.tiles` picks."""
+    size = 2 if dtype == "bf16" else 4
+    t = moe_experts.tiles(GLM_EXPERTS, rows, None, size, size)
+    with overrides(interpret=False):
+        source = moe_experts.source("probe", GLM_EXPERTS)
+    kinds = {"gate_up": ({"x_ptr": f"*{dtype}", "wg_ptr": f"*{dtype}", "wu_ptr": f"*{dtype}",
+                          "h_ptr": f"*{dtype}", "sx": "i32"}, t.bn, "sx"),
+             "down": ({"h_ptr": f"*{dtype}", "wd_ptr": f"*{dtype}", "wt_ptr": "*fp32",
+                       "part_ptr": f"*{dtype}", "sw": "i32"}, t.bn_down, "sw")}
+    for kind, (types, bn, stride) in kinds.items():
+        k = _sm90(tmp_path, source, f"probe_{kind}", types | EXPERT_TYPES,
+                  {"BM": t.bm, "BN": bn, "BK": t.bk, "GROUP_M": t.group_m}, t.warps, t.stages,
+                  (stride,))
+        assert k["shared"] <= SM90_SHARED, (kind, t, k)
+        assert k["async_copies"] > 0, (kind, t, k)
+
+
+def test_dsa_score_streams_the_pooled_keys_pipelined(tmp_path) -> None:
+    """The indexer's score kernel at GLM-5.3-Flash's size: its key blocks are loaded ahead."""
+    spec = DSASpec(32, 128, 2048, 4, True, 64)
+    with overrides(interpret=False):
+        source = dsa_emitter.source("probe", spec)
+    types = {"qi_ptr": "*bf16", "w_ptr": "*bf16", "slot_ptr": "*i64", "pos_ptr": "*i64",
+             "pc_ptr": "*bf16", "sc_ptr": "*fp32", "hist_ptr": "*i32", "sq": "i32",
+             "sw": "i32", "pc_s0": "i32", "pc_s1": "i32", "ssc": "i32", "npools": "i32",
+             "count": "i32"}
+    it = dsa_emitter.score_blocks(16, 32768)
+    k = _sm90(tmp_path, source, "probe_score", types, {"IT": it}, dsa_emitter.WARPS, 3,
+              ("sq", "sw", "pc_s0", "pc_s1", "ssc"))
+    assert k["shared"] <= SM90_SHARED and k["async_copies"] > 0, k
