@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hyperloom.codegen.emitters import dsa as dsa_emitter
-from hyperloom.codegen.emitters import moe_experts
+from hyperloom.codegen.emitters import kda_chunk, moe_experts
 from hyperloom.codegen.emitters.dsa import DSASpec
 from hyperloom.config import overrides
 
@@ -79,3 +79,42 @@ def test_dsa_score_streams_the_pooled_keys_pipelined(tmp_path) -> None:
     k = _sm90(tmp_path, source, "probe_score", types, {"IT": it}, dsa_emitter.WARPS, 3,
               ("sq", "sw", "pc_s0", "pc_s1", "ssc"))
     assert k["shared"] <= SM90_SHARED and k["async_copies"] > 0, k
+
+
+def _kda_chunk_kernels() -> dict[str, tuple[dict, dict, int, int, tuple[str, ...]]]:
+    """name -> (runtime types, constexprs, warps, stages, 16-divisible ints) as
+    `kda_chunk.launch` launches them at GLM-5.3-Flash's width in bf16 (fp16 row products)."""
+    rows = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "g_ptr", "b_ptr")}
+    ints = {n: "i32" for n in ("rows", "sq", "sk", "sv", "sg", "sb", "so", "st_slot", "st_head")}
+    tables = {"slot_ptr": "*i64", "chunk_ptr": "*i32", "count_ptr": "*i32", "run_ptr": "*i32",
+              "tp_ptr": "*fp32", "coef_ptr": "*fp32", "o_ptr": "*bf16", "state_ptr": "*fp32"}
+    products = {"w_ptr": "*fp16", "u_ptr": "*fp32", "qp_ptr": "*fp16", "oi_ptr": "*fp32",
+                "kd_ptr": "*fp16", "decay_ptr": "*fp32"}
+    types = rows | ints | tables | products
+    shape = {"H": 64, "D": 128, "C": 64}
+    strided = ("sq", "sk", "sv", "sg", "so", "st_slot", "st_head")
+    return {"intra": (types, shape, kda_chunk.INTRA_WARPS, 1, strided),
+            "solve": (types, shape, kda_chunk.SOLVE_WARPS, 1, ()),
+            "rows": (types, shape | {"BK": kda_chunk.BK}, kda_chunk.ROWS_WARPS, 1, strided),
+            "": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.WALK_WARPS, 2, strided)}
+
+
+@pytest.mark.parametrize("kernel", ["intra", "solve", "rows", ""])
+def test_kda_chunk_kernels_fit_shared_memory(kernel: str, tmp_path) -> None:
+    """The chunked KDA prefill's kernels (the walk with its two stages of fp16 products)."""
+    with overrides(interpret=False):
+        source = kda_chunk.source("probe", kda_chunk.KDAChunkSpec(64, 128))
+    types, consts, warps, stages, strided = _kda_chunk_kernels()[kernel]
+    name = f"probe_{kernel}" if kernel else "probe"
+    params = _params(source, name)
+    k = _sm90(tmp_path, source, name, {a: t for a, t in types.items() if a in params}, consts,
+              warps, stages, strided)
+    assert k["shared"] <= SM90_SHARED, k
+    if not kernel:
+        assert k["async_copies"] > 0, k  # the walk loads the next chunk's products ahead
+
+
+def _params(source: str, name: str) -> set[str]:
+    """The argument names of kernel `name` in `source`."""
+    head = source[source.index(f"def {name}(") + len(f"def {name}("):]
+    return {p.split(":")[0].strip() for p in head[:head.index("):")].split(",") if p.strip()}
