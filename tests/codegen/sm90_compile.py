@@ -21,7 +21,8 @@ def compile_job(job: dict) -> dict:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     fn = getattr(module, job["name"])
-    types, sig, const = job["types"], {}, {}
+    types = {a: t for a, t in job["types"].items() if a in fn.arg_names}  # this kernel's own
+    sig, const = {}, {}
     for arg, param in zip(fn.arg_names, fn.params):
         sig[arg] = types.get(arg, "constexpr")
         if arg not in types:

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def _sm90(tmp_path, source: str, name: str, types: dict[str, str], consts: dict, warps: int,
           stages: int, divisible: tuple[str, ...] = ()) -> dict:
     """{shared, async_copies} of `name` from the GPU-form `source` compiled for sm_90 in a
-    process of its own (`sm90_compile`); `types` gives the runtime arguments' Triton types,
-    `consts` the constexprs without defaults."""
+    process of its own (`sm90_compile`); `types` gives the runtime arguments' Triton types (a
+    superset: the kernel's own are kept), `consts` the constexprs without defaults."""
     path = tmp_path / f"{name}.py"
     path.write_text(source)
     job = tmp_path / f"{name}.json"
@@ -106,15 +106,8 @@ def test_kda_chunk_kernels_fit_shared_memory(kernel: str, tmp_path) -> None:
         source = kda_chunk.source("probe", kda_chunk.KDAChunkSpec(64, 128))
     types, consts, warps, stages, strided = _kda_chunk_kernels()[kernel]
     name = f"probe_{kernel}" if kernel else "probe"
-    params = _params(source, name)
-    k = _sm90(tmp_path, source, name, {a: t for a, t in types.items() if a in params}, consts,
-              warps, stages, strided)
+    k = _sm90(tmp_path, source, name, types, consts, warps, stages, strided)
     assert k["shared"] <= SM90_SHARED, k
     if not kernel:
         assert k["async_copies"] > 0, k  # the walk loads the next chunk's products ahead
 
-
-def _params(source: str, name: str) -> set[str]:
-    """The argument names of kernel `name` in `source`."""
-    head = source[source.index(f"def {name}(") + len(f"def {name}("):]
-    return {p.split(":")[0].strip() for p in head[:head.index("):")].split(",") if p.strip()}

@@ -272,10 +272,15 @@ def tiles(spec: ExpertsSpec, rows: int, gemv: bool | None = None, x_bytes: int =
     else:
         t = Tiles(128, 128, 256, 64, 8, 8, 4)
     bk = min(t.bk, max(16, triton.next_power_of_2(min(spec.hidden, spec.inter))))
-    wide = t.bm == 128 and x_bytes == w_bytes == 2  # as measured; fp32 keeps the old budget
     stages, bk = fit_smem(t.stages, bk, t.bm * x_bytes + max(2 * t.bn, t.bn_down) * w_bytes,
-                          PREFILL_SMEM if wide else SMEM_BYTES)
+                          smem_budget(t.bm, x_bytes, w_bytes))
     return Tiles(t.bm, t.bn, t.bn_down, bk, t.group_m, t.warps, stages)
+
+
+def smem_budget(bm: int, x_bytes: int, w_bytes: int) -> int:
+    """Shared memory for a tiling's pipelined operand tiles: PREFILL_SMEM for the 128-row tiles
+    of 16-bit operands (as measured), else the GEMMs' SMEM_BYTES."""
+    return PREFILL_SMEM if bm == 128 and x_bytes == w_bytes == 2 else SMEM_BYTES
 
 
 @dataclass(frozen=True)
