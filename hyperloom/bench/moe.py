@@ -9,6 +9,7 @@ choice))."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +23,7 @@ from hyperloom.codegen.emitters.moe_experts import ExpertsSpec
 from hyperloom.codegen.emitters.moe_router import RouterSpec
 from hyperloom.codegen.specs import moe_experts_spec, moe_router_spec
 from hyperloom.ir import ops
+from hyperloom.ir.derive import pack_k, split_bf16
 from hyperloom.ir.ops import Op
 from hyperloom.ir.semantics import Ctx, moe
 from hyperloom.models import Model
@@ -56,15 +58,19 @@ class MoEBench:
     def __init__(self, model: Model, device: torch.device, dtype: torch.dtype, tol: float,
                  seed: int = 0, profile_steps: int = 0) -> None:
         self.router, self.experts = moe_specs(model, device.type == "cuda")
+        # as compiled (passes.layouts): bf16 rows read the router weight as split_bf16 terms
+        self.router = dataclasses.replace(self.router, split=dtype == torch.bfloat16)
         self.device, self.dtype, self.tol = device, dtype, tol
         self.profile_steps = profile_steps
         self.gen = torch.Generator(device).manual_seed(seed)
         r, x = self.router, self.experts
         self.w = self._randn(r.experts, r.hidden, scale=r.hidden ** -0.5, dtype=torch.float32)
         self.bias = self._randn(r.experts, scale=0.01, dtype=torch.float32)
+        self.w_ours = split_bf16(self.w) if r.split else self.w
         self.wg, self.wu = (self._randn(x.experts, x.inter, x.hidden, scale=2 * x.hidden ** -0.5)
                             for _ in range(2))
         self.wd = self._randn(x.experts, x.hidden, x.inter, scale=x.inter ** -0.5)
+        self.packed = tuple(pack_k(w) for w in (self.wg, self.wu, self.wd))  # ours read these
         self.kernels = self._load()
 
     def _randn(self, *shape: int, scale: float, dtype: torch.dtype | None = None):
@@ -94,10 +100,11 @@ class MoEBench:
         kr, ke = self.kernels
 
         def launch() -> None:
-            moe_router.launch(kr, r, x=x, w=self.w, bias=self.bias, weights=weights, ids=ids,
-                              part=part, rows=rows)
-            moe_experts.launch(ke, e, x=x, weights=weights, ids=ids, wg=self.wg, wu=self.wu,
-                               wd=self.wd, out=out, rows=rows, work=work)
+            moe_router.launch(kr, r, x=x, w=self.w_ours, bias=self.bias, weights=weights,
+                              ids=ids, part=part, rows=rows)
+            wg, wu, wd = self.packed
+            moe_experts.launch(ke, e, x=x, weights=weights, ids=ids, wg=wg, wu=wu, wd=wd,
+                               out=out, rows=rows, work=work)
         return launch, out, ids
 
     def _baseline(self, x: torch.Tensor) -> torch.Tensor:

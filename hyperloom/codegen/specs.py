@@ -21,6 +21,7 @@ from hyperloom.codegen.emitters import (
     norm,
 )
 from hyperloom.errors import CodegenError
+from hyperloom.ir.derive import unpacked_shape
 from hyperloom.ir.graph import Node
 from hyperloom.ir.ops import Op
 
@@ -116,10 +117,10 @@ def mla_spec(node: Node, types: dict) -> mla.MLASpec:
 
 def moe_router_spec(node: Node, types: dict) -> moe_router.RouterSpec:
     at, w = node.attrs, types[node.args[1]]
-    return moe_router.RouterSpec(int(w.shape[0]), int(w.shape[1]), at.top_k, at.n_group,
-                                 at.topk_group, at.norm_topk_prob, at.scaling)
+    return moe_router.RouterSpec(int(w.shape[-2]), int(w.shape[-1]), at.top_k, at.n_group,
+                                 at.topk_group, at.norm_topk_prob, at.scaling, w.rank == 3)
 
 
 def moe_experts_spec(node: Node, types: dict) -> moe_experts.ExpertsSpec:
-    e, i, h = (int(s) for s in types[node.args[3]].shape)  # gate_proj stack [E, I, H]
+    e, i, h = (int(s) for s in unpacked_shape(types[node.args[3]]))  # gate stack [E, I, H]
     return moe_experts.ExpertsSpec(e, h, i, int(types[node.args[2]].shape[1]), node.attrs.limit)

@@ -29,7 +29,9 @@ class Param:
 @dataclass(frozen=True, slots=True)
 class Derived:
     """A weight computed from others once, when weights are bound: `concat` stacks rows,
-    `scale_cols` multiplies W [N, K] by g [K] column-wise (RMSNorm weight folding)."""
+    `scale_cols` multiplies W [N, K] by g [K] column-wise (RMSNorm weight folding), `pack_k`
+    lays an expert stack [E, N, K] out as [E, K / R, N, R] (`derive.pack_k`), `split_bf16`
+    holds an fp32 weight as three bf16 terms [3, ...] (`derive.split_bf16`)."""
 
     name: str
     type: TensorType

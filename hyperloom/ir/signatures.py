@@ -12,6 +12,7 @@ import sympy
 
 from hyperloom.errors import IRError
 from hyperloom.ir import ops
+from hyperloom.ir.derive import derived_type, unpacked_shape
 from hyperloom.ir.ops import Op
 from hyperloom.ir.types import DType, S, StateDecl, StateKind, TensorType, promote
 
@@ -178,6 +179,10 @@ def _swiglu(a: Types, _: object) -> tuple[TensorType, ...]:
 def _router(a: Types, at: ops.RouterAttrs) -> tuple[TensorType, ...]:
     x, w, bias = a
     t = _rows(x, "x")
+    if w.rank == 3:  # split_bf16 of an fp32 [E, H]
+        _need(w == derived_type("split_bf16", [TensorType.make(F32, *w.shape[1:])]),
+              f"router weight {w}: want [E, H] or its split_bf16 terms bf16[3, E, H]")
+        w = TensorType.make(F32, *w.shape[1:])
     _shape(w, w.shape[0], x.shape[1], what="router weight")
     _shape(bias, w.shape[0], what="e_score_correction_bias")
     _need(w.shape[0] % at.n_group == 0,
@@ -190,10 +195,13 @@ def _experts(a: Types, _: object) -> tuple[TensorType, ...]:
     t = _rows(x, "x")
     _need(wts.shape == ids.shape and wts.shape[0] == t,
           f"weights {wts} and ids {ids} must be [T, k]")
-    e, i, d = wg.shape
+    e, i, d = unpacked_shape(wg)
     _need(d == x.shape[1], f"expert gate {wg} does not match x {x}")
-    _shape(wu, e, i, d, what="expert up")
-    _shape(wd, e, d, i, what="expert down")
+    for w, shape, what in ((wg, (e, i, d), "gate"), (wu, (e, i, d), "up"), (wd, (e, d, i), "down")):
+        flat = w.with_shape(*shape)
+        _need(w in (flat, derived_type("pack_k", [flat])) and w.rank == wg.rank,
+              f"expert {what} {w}: want {flat} or, packed, {derived_type('pack_k', [flat])}"
+              f" (all three alike)")
     return (x,)
 
 

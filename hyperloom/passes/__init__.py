@@ -15,6 +15,7 @@ from hyperloom.passes.epilogues import (
 from hyperloom.passes.fuse_linears import (
     fold_norm_into_linear, fuse_head_mean, fuse_site_norm, merge_sibling_linears,
 )
+from hyperloom.passes.layouts import pack_expert_stacks, split_router_weights
 from hyperloom.passes.rewrite import PassResult
 
 Pass = Callable[[Graph], PassResult]
@@ -31,6 +32,8 @@ PIPELINE: tuple[Pass, ...] = (
     fuse_kda_gate,
     fuse_rope_attention,
     fuse_embedding,
+    pack_expert_stacks,
+    split_router_weights,
 )
 
 

@@ -63,6 +63,8 @@ class Program:
 
 
 def _bound(graph: Graph, weights: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
-    """Parameters in their declared dtypes, then the derived weights, all on `device`."""
+    """Parameters in their declared dtypes, then the derived weights, all on `device`; only
+    what a node reads stays (a parameter read only through derived weights is let go)."""
     params = {p.name: weights[p.name].to(device, p.type.dtype.torch) for p in graph.params}
-    return {k: v.contiguous() for k, v in bind(graph, params).items()}
+    read = {a[1:] for n in graph.nodes for a in n.args if a.startswith("@")}
+    return {k: v.contiguous() for k, v in bind(graph, params).items() if k in read}

@@ -10,6 +10,8 @@ chunks, padding rows skipped, bitwise-repeatable output. CPU: Triton's interpret
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -18,6 +20,7 @@ from hyperloom.codegen.emitters import moe_experts, moe_router
 from hyperloom.codegen.emitters.moe_experts import ExpertsSpec
 from hyperloom.codegen.emitters.moe_router import RouterSpec
 from hyperloom.ir import ops
+from hyperloom.ir.derive import join_bf16, pack_k, split_bf16
 from hyperloom.ir.semantics import Ctx, moe
 from tests.tolerances import assert_close, assert_rel
 
@@ -29,7 +32,8 @@ def _route(spec: RouterSpec, x, w, bias, rows: int):
     kerns = [load(src, n, x.device, "router") for n in moe_router.kernel_names("router")]
     weights = torch.full((rows + 2, spec.top_k), float("nan"), device=x.device)
     ids = torch.full((rows + 2, spec.top_k), -7, dtype=torch.int32, device=x.device)
-    moe_router.launch(kerns, spec, x=x, w=w, bias=bias, weights=weights, ids=ids, rows=rows,
+    moe_router.launch(kerns, spec, x=x, w=split_bf16(w) if spec.split else w, bias=bias,
+                      weights=weights, ids=ids, rows=rows,
                       part=moe_router.scratch(spec, rows, x.device))
     assert weights[rows:].isnan().all() and (ids[rows:] == -7).all(), "slack rows written"
     at = ops.RouterAttrs(spec.top_k, spec.n_group, spec.topk_group, spec.norm_topk_prob,
@@ -59,6 +63,31 @@ def test_router(spec: RouterSpec, rows: int) -> None:
     got_w, got_ids, want_w, want_ids = _route(spec, x, w, bias, rows)
     assert torch.equal(got_ids, want_ids), (got_ids, want_ids)
     assert_close(got_w, want_w, torch.float32, f"router weights {spec}")
+
+
+def test_router_wide_tiles(monkeypatch) -> None:
+    """The 128 x 64 tiles of long prefills (from WIDE_ROWS rows)."""
+    monkeypatch.setattr(moe_router, "WIDE_ROWS", 100)
+    spec = ROUTERS[3]
+    assert moe_router.tiles(spec, 130).bm == 128
+    x, w, bias = _router_inputs(spec, 130, seed=11)
+    got_w, got_ids, want_w, want_ids = _route(spec, x, w, bias, 130)
+    assert torch.equal(got_ids, want_ids)
+    assert_close(got_w, want_w, torch.float32, "router weights, wide tiles")
+
+
+def test_router_split_weight_is_exact_and_checked() -> None:
+    """split_bf16 terms add up to W exactly; a split router refuses fp32 W and fp32 rows."""
+    w = torch.randn(36, 300, dtype=torch.float32)
+    assert torch.equal(join_bf16(split_bf16(w)), w)
+    spec = dataclasses.replace(ROUTERS[3], split=True)
+    x, _, bias = _router_inputs(spec, 4, seed=2)
+    args = dict(bias=bias, weights=torch.empty(4, 8), ids=torch.empty(4, 8, dtype=torch.int32),
+                part=moe_router.scratch(spec, 4, "cpu"), rows=4)
+    with pytest.raises(ValueError, match=r"router W: contiguous split_bf16 terms \[3, 36, 300\]"):
+        moe_router.launch([None] * 2, spec, x=x.bfloat16(), w=w, **args)
+    with pytest.raises(ValueError, match="router x: bf16 rows for split_bf16 W terms"):
+        moe_router.launch([None] * 2, spec, x=x, w=split_bf16(w), **args)
 
 
 @pytest.mark.parametrize("topk_group, top_k, want", [(2, 3, [1, 2, 5]), (1, 3, [1, 2, 0]),
@@ -114,6 +143,7 @@ def _experts(spec: ExpertsSpec, rows: int, inputs, gemv: bool | None,
     kerns = [load(src, n, x.device, "experts") for n in moe_experts.kernel_names("experts")]
     out = torch.full((rows + 2, spec.hidden), float("nan"), dtype=x.dtype, device=x.device)
     work = moe_experts.scratch(spec, rows, x.dtype, x.device)
+    wg, wu, wd = (pack_k(w) for w in (wg, wu, wd))
     moe_experts.launch(kerns, spec, x=x, weights=wts, ids=ids, wg=wg, wu=wu, wd=wd, out=out,
                        rows=rows, work=work, skip=skip, gemv=gemv)
     assert out[rows:].isnan().all(), "slack rows written"
@@ -176,8 +206,9 @@ def test_route_groups_pairs_stably_over_chunks(monkeypatch) -> None:
     src = moe_experts.source("experts", spec)
     kerns = [load(src, n, "cpu", "experts") for n in moe_experts.kernel_names("experts")]
     work = moe_experts.scratch(spec, 30, torch.float32, "cpu")
-    moe_experts.launch(kerns, spec, x=inputs[0], weights=inputs[1], ids=ids, wg=inputs[3],
-                       wu=inputs[4], wd=inputs[5], out=torch.empty_like(inputs[0]), rows=30,
+    wg, wu, wd = (pack_k(w) for w in inputs[3:])
+    moe_experts.launch(kerns, spec, x=inputs[0], weights=inputs[1], ids=ids, wg=wg, wu=wu,
+                       wd=wd, out=torch.empty_like(inputs[0]), rows=30,
                        work=work, gemv=True)
     flat = ids.flatten().long()
     order = torch.sort(flat, stable=True).indices[:89]  # id 99 sorts last
@@ -201,10 +232,12 @@ def test_experts_skip_padding_rows_and_repeat_bitwise() -> None:
 def test_experts_bad_shape_is_named() -> None:
     spec = ExpertsSpec(8, 64, 32, 2, 10.0)
     x, wts, ids, wg, wu, wd = _experts_inputs(spec, 2, seed=1)
-    with pytest.raises(ValueError, match=r"experts wd: contiguous \[8, 64, 32\]"):
-        moe_experts.launch([None] * 5, spec, x=x, weights=wts, ids=ids, wg=wg, wu=wu,
-                           wd=wd.transpose(1, 2), out=torch.empty_like(x), rows=2,
-                           work=moe_experts.scratch(spec, 2, x.dtype, "cpu"))
+    for bad in (wd, pack_k(wd).transpose(2, 3)):  # not packed; packed but not contiguous
+        with pytest.raises(ValueError, match=r"experts wd: contiguous \[8, 1, 64, 32\] "
+                                             r"\(ir.derive.pack_k of \[8, 64, 32\]\)"):
+            moe_experts.launch([None] * 5, spec, x=x, weights=wts, ids=ids, wg=pack_k(wg),
+                               wu=pack_k(wu), wd=bad, out=torch.empty_like(x), rows=2,
+                               work=moe_experts.scratch(spec, 2, x.dtype, "cpu"))
 
 
 # ---------------------------------------------------------------- GPU (bf16)
@@ -215,9 +248,12 @@ def test_experts_bad_shape_is_named() -> None:
                                   RouterSpec(256, 2048, 8, 8, 4, True, 2.5)],
                          ids=["glm-flash", "grouped"])
 @pytest.mark.parametrize("rows", [1, 16, 64, 4096])
-def test_router_gpu(spec: RouterSpec, rows: int) -> None:
+@pytest.mark.parametrize("split", [False, True], ids=["w-fp32", "w-split"])
+def test_router_gpu(spec: RouterSpec, rows: int, split: bool) -> None:
     """bf16 x: the choice may differ from the fp32 reference only between experts whose
-    corrected scores agree to ~1e-5 (tf32x3 vs fp32 rounding), so compare chosen scores."""
+    corrected scores agree to ~1e-5 (fp32 sums in another order), so compare chosen scores.
+    W fp32 (split in the loop) or as split_bf16 terms (as compiled)."""
+    spec = dataclasses.replace(spec, split=split)
     x, w, bias = _router_inputs(spec, rows, seed=rows, device="cuda", dtype=torch.bfloat16)
     got_w, got_ids, want_w, want_ids = _route(spec, x, w, bias, rows)
     s = torch.sigmoid(x.float() @ w.T)

@@ -66,13 +66,14 @@ def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
     return dataclasses.replace(t, block_k=bk, num_stages=stages)
 
 
-def fit_smem(stages: int, bk: int, k_bytes: int, budget: int = SMEM_BYTES) -> tuple[int, int]:
-    """(stages, K step): fewer stages, then shallower K steps (down to 16), until the pipelined
-    operand tiles, k_bytes a K column of them, fit in `budget` bytes of shared memory."""
+def fit_smem(stages: int, bk: int, k_bytes: int, budget: int = SMEM_BYTES,
+             least_bk: int = 16) -> tuple[int, int]:
+    """(stages, K step): fewer stages, then shallower K steps (down to least_bk), until the
+    pipelined operand tiles, k_bytes a K column of them, fit in `budget` bytes of shared memory."""
     while stages * bk * k_bytes > budget:
         if stages > 2:
             stages -= 1
-        elif bk > 16:
+        elif bk > least_bk:
             bk //= 2
         else:
             break

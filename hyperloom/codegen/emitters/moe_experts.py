@@ -9,6 +9,8 @@ the experts the step chose, five kernels in launch order:
   a bin past the last expert and are never computed.
 `{name}_gate_up`: program (tile, column block): a tile is BM sorted pairs of one expert; h[pos]
   = silu(min(g, L)) * clamp(u, -L, L) of x[t] @ wg[e]^T, wu[e]^T (h [pairs, I], x's dtype).
+  The stacks come packed (`ir.derive.pack_k`: [E, K / R, N, R]), so a K step of a column block
+  reads contiguous runs of R * BN values, not BN rows of BK values a row apart.
 `{name}_down`: part[p] = weight[p] * (h[pos] @ wd[e]^T) (part [pairs, H], x's dtype).
 `{name}`: out[t] = sum over c of part[t * k + c], in choice order (deterministic, no atomics).
 
@@ -29,6 +31,7 @@ from hyperloom.codegen.emitters.matmul_tiles import SMEM_BYTES, fit_smem
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
+from hyperloom.ir.derive import pack_run
 from hyperloom.passes.kernel_plan import MOE_ROUTE_PAIRS
 
 GEMV_ROWS = 16  # at most this many rows per expert on average: GEMV tiling
@@ -171,7 +174,7 @@ def _grouped(name: str, spec: ExpertsSpec, kind: str) -> str:
     a_rows = "x_ptr + (pair // K).to(tl.int64)[:, None] * sx" if up \
         else f"h_ptr + pos[:, None] * {k}"
     weights = [("acc_g", "wg_ptr"), ("acc_u", "wu_ptr")] if up else [("acc", "wd_ptr")]
-    loads = "".join(f"        b{i} = tl.load({w} + w_off + kk[:, None], mask=b_ok, other=0.0)\n"
+    loads = "".join(f"        b{i} = tl.load({w} + w_off + k0 * N, mask=b_ok, other=0.0)\n"
                     f"        {acc} = {_dot('a', f'b{i}', acc)}\n"
                     for i, (acc, w) in enumerate(weights))
     zeros = "".join(f"    {acc} = tl.zeros([BM, BN], dtype=tl.float32)\n" for acc, _ in weights)
@@ -180,7 +183,8 @@ def _grouped(name: str, spec: ExpertsSpec, kind: str) -> str:
 def {name}_{kind}({params}, order_ptr, meta_ptr, tiles_ub, {stride}, BM: tl.constexpr,
         BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
         E: tl.constexpr = {spec.experts}, EB: tl.constexpr = {spec.bins},
-        K: tl.constexpr = {spec.top_k}, N: tl.constexpr = {n}, KD: tl.constexpr = {k}):
+        K: tl.constexpr = {spec.top_k}, N: tl.constexpr = {n}, KD: tl.constexpr = {k},
+        R: tl.constexpr = {pack_run(k)}):
 {pdl("    ")}    pid_m, pid_n = _tile_of(tl.program_id(0), tiles_ub, tl.cdiv(N, BN), GROUP_M)
     e = _expert_at(meta_ptr, pid_m, EB)
     if e >= E:  # past the step's last tile
@@ -190,7 +194,9 @@ def {name}_{kind}({params}, order_ptr, meta_ptr, tiles_ub, {stride}, BM: tl.cons
     rk = tl.arange(0, BK)
     n_ok = rn < N
     a_rows = {a_rows}
-    w_off = e.to(tl.int64) * N * KD + rn.to(tl.int64)[None, :] * KD
+    # packed [E, KD / R, N, R]: K step k0 of column n at e N KD + k0 N + n R (+ its run)
+    w_off = e.to(tl.int64) * N * KD + rn.to(tl.int64)[None, :] * R + (rk // R * (N * R)
+                                                                       + rk % R)[:, None]
 {zeros}    for k0 in range(0, KD, BK):
         kk = k0 + rk
         k_ok = kk < KD
@@ -269,11 +275,14 @@ def tiles(spec: ExpertsSpec, rows: int, gemv: bool | None = None, x_bytes: int =
         t = Tiles(16, 32, 32, 128, 1, 4, 4)
     elif per_expert <= 64:
         t = Tiles(64, 64, 128, 64, 8, 4, 3)  # gate_up: two 64 x 64 accumulators, 128 registers
-    else:
+    elif max(x_bytes, w_bytes) <= 2:
         t = Tiles(128, 128, 256, 64, 8, 8, 4)
-    bk = min(t.bk, max(16, triton.next_power_of_2(min(spec.hidden, spec.inter))))
+    else:  # 32-bit operands: half the columns, so 64-deep K steps fit twice
+        t = Tiles(128, 64, 128, 64, 8, 8, 4)
+    run = max(pack_run(spec.hidden), pack_run(spec.inter))  # K steps hold whole packed runs
+    bk = min(t.bk, max(16, run, triton.next_power_of_2(min(spec.hidden, spec.inter))))
     stages, bk = fit_smem(t.stages, bk, t.bm * x_bytes + max(2 * t.bn, t.bn_down) * w_bytes,
-                          smem_budget(t.bm, x_bytes, w_bytes))
+                          smem_budget(t.bm, x_bytes, w_bytes), least_bk=run)
     return Tiles(t.bm, t.bn, t.bn_down, bk, t.group_m, t.warps, stages)
 
 
@@ -323,9 +332,11 @@ def _check(spec: ExpertsSpec, x, weights, ids, wg, wu, wd, out, rows: int, work:
         require(t.dim() == 2 and t.shape[1] == k and t.shape[0] >= rows and t.stride(1) == 1
                 and t.dtype == dt,
                 lambda: f"experts {name}: {dt} [>= {rows}, {k}], got {t.dtype} {tuple(t.shape)}")
-    for name, t, shape in (("wg", wg, (e, i, h)), ("wu", wu, (e, i, h)), ("wd", wd, (e, h, i))):
+    for name, t, (n, kd) in (("wg", wg, (i, h)), ("wu", wu, (i, h)), ("wd", wd, (h, i))):
+        shape = (e, kd // pack_run(kd), n, pack_run(kd))
         require(tuple(t.shape) == shape and t.is_contiguous(),
-                lambda: f"experts {name}: contiguous {list(shape)}, got {tuple(t.shape)}")
+                lambda: f"experts {name}: contiguous {list(shape)} (ir.derive.pack_k of "
+                        f"[{e}, {n}, {kd}]), got {tuple(t.shape)}")
     require(work.order.numel() >= rows * k and work.h.shape[1] == i
             and work.counts.shape[0] >= _chunks(rows * k),
             lambda: f"experts scratch for {rows} rows: scratch(spec, >= {rows}, ...) allocates it")
@@ -336,7 +347,8 @@ def launch(kernels, spec: ExpertsSpec, *, x: torch.Tensor, weights: torch.Tensor
            out: torch.Tensor, rows: int, work: Work, skip: torch.Tensor | None = None,
            gemv: bool | None = None) -> None:
     """out[:rows] = the routed experts of the first `rows` rows; rows with skip < 0 get zeros.
-    `gemv` forces a tiling (None: by rows per expert)."""
+    wg, wu, wd: the stacks packed by `ir.derive.pack_k`. `gemv` forces a tiling (None: by rows
+    per expert)."""
     _check(spec, x, weights, ids, wg, wu, wd, out, rows, work)
     if rows <= 0:
         return

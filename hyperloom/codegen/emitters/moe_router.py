@@ -2,7 +2,8 @@
 
 `{name}_logits`: the router GEMV/GEMM x [rows, H] (any float dtype) @ W^T (W [E, H] fp32) in
   fp32 on tensor cores: bf16 x takes W as three bf16 terms (hi + mid + lo hold all 24 bits, each
-  product exact in the fp32 accumulator; 3 bf16 MMAs), other dtypes tf32x3; split over H for
+  product exact in the fp32 accumulator; 3 bf16 MMAs), split once when weights are bound
+  (`ir.derive.split_bf16`, spec.split) or else in the loop; other dtypes tf32x3; split over H for
   few rows so a decode step spreads W over ~a hundred programs; partial logits go to a scratch
   [S, rows, E].
 `{name}`: one program a row: the S partials summed in order, s = sigmoid, c = s + bias; group
@@ -27,6 +28,10 @@ from hyperloom.errors import require
 
 GEMV_ROWS = 16  # up to this many rows: split-K GEMV tiles
 MID_ROWS = 64
+# from this many rows, 128 x 64 tiles: on the H200 at 4096 rows x 288 experts x 4096, the
+# logits took 155.8 us in 64 x 32 tiles (W split in the loop), 120.6 in 128 x 64 (8 warps, 3
+# stages), 86.4 with W split once (4 stages); BENCHMARKS, "Routed MoE"
+WIDE_ROWS = 1024
 SPLIT_MIN = 256  # the fewest H columns a split-K program reduces
 
 
@@ -39,6 +44,7 @@ class RouterSpec:
     topk_group: int
     norm_topk_prob: bool
     scaling: float
+    split: bool = False  # W comes as split_bf16's three bf16 terms [3, E, H]
 
     def __post_init__(self) -> None:
         if self.experts % self.n_group or not 1 <= self.topk_group <= self.n_group:
@@ -78,6 +84,22 @@ def {name}_logits(x_ptr, w_ptr, part_ptr, rows, sx, sp, SPLIT: tl.constexpr, BM:
         kk = k_lo + k0 + rk
         k_ok = kk < H
         a = tl.load(x_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+{(_split_dots() if spec.split else _inloop_dots(prec)).rstrip()}
+    out = part_ptr + tl.program_id(2) * sp + rm.to(tl.int64)[:, None] * E + rn[None, :]
+    tl.store(out, acc, mask=m_ok[:, None] & n_ok[None, :])
+'''
+
+
+def _split_dots() -> str:
+    """W's terms from split_bf16, smallest first, each product exact in the fp32 acc."""
+    return "".join(f"        {t} = tl.load(w_cols + {i} * E * H + kk[:, None], "
+                   "mask=k_ok[:, None] & n_ok[None, :], other=0.0)\n"
+                   f"        acc = tl.dot(a, {t}, acc)\n"
+                   for i, t in ((2, "lo"), (1, "mid"), (0, "hi")))
+
+
+def _inloop_dots(prec: str) -> str:
+    return f'''\
         b = tl.load(w_cols + kk[:, None], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
         if x_ptr.dtype.element_ty == tl.bfloat16:  # W = hi + mid + lo, bf16 each: exact
             hi = b.to(tl.bfloat16)
@@ -88,8 +110,6 @@ def {name}_logits(x_ptr, w_ptr, part_ptr, rows, sx, sp, SPLIT: tl.constexpr, BM:
             acc = tl.dot(a, hi, acc)
         else:
             acc = tl.dot(a.to(tl.float32), b, acc, input_precision="{prec}")
-    out = part_ptr + tl.program_id(2) * sp + rm.to(tl.int64)[:, None] * E + rn[None, :]
-    tl.store(out, acc, mask=m_ok[:, None] & n_ok[None, :])
 '''
 
 
@@ -166,7 +186,9 @@ class Tiles:
 def tiles(spec: RouterSpec, rows: int) -> Tiles:
     """Few rows: narrow E blocks and H split so W (E x H fp32) streams through many programs."""
     bk = min(128 if rows <= MID_ROWS else 64, max(16, _pow2(spec.hidden)))
-    if rows > MID_ROWS:  # 64 x 32 tiles: 576 programs at 4096 rows x 288 experts (4.4 waves)
+    if rows >= WIDE_ROWS:
+        return Tiles(128, 64, bk, 1, 8, 4 if spec.split else 3)
+    if rows > MID_ROWS:
         return Tiles(64, 32, bk, 1, 4, 4)
     bm = 16 if rows <= GEMV_ROWS else 64
     splits = max(1, min(16, spec.hidden // SPLIT_MIN))
@@ -190,8 +212,13 @@ def _check(spec: RouterSpec, x, w, bias, weights, ids, part, rows: int) -> None:
     e, h, k = spec.experts, spec.hidden, spec.top_k
     require(x.dim() == 2 and x.shape[1] == h and x.shape[0] >= rows and x.stride(1) == 1,
             lambda: f"router x: [>= {rows}, {h}], got {tuple(x.shape)}")
-    require(tuple(w.shape) == (e, h) and w.is_contiguous() and w.dtype == torch.float32,
-            lambda: f"router W: contiguous fp32 [{e}, {h}], got {tuple(w.shape)} {w.dtype}")
+    want = ((3, e, h), torch.bfloat16, "split_bf16 terms") if spec.split \
+        else ((e, h), torch.float32, "fp32")
+    require(tuple(w.shape) == want[0] and w.is_contiguous() and w.dtype == want[1],
+            lambda: f"router W: contiguous {want[2]} {list(want[0])}, got {tuple(w.shape)} "
+                    f"{w.dtype}")
+    require(not spec.split or x.dtype == torch.bfloat16,
+            lambda: f"router x: bf16 rows for split_bf16 W terms, got {x.dtype}")
     require(tuple(bias.shape) == (e,) and bias.is_contiguous(),
             lambda: f"router bias: contiguous [{e}], got {tuple(bias.shape)}")
     for name, t, dt in (("weights", weights, torch.float32), ("ids", ids, torch.int32)):

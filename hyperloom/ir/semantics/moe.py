@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from hyperloom.ir import ops
+from hyperloom.ir.derive import join_bf16, unpack_k
 from hyperloom.ir.semantics.context import Ctx
 from hyperloom.ir.semantics.dense import swiglu
 
@@ -21,6 +22,7 @@ def _top(x: torch.Tensor, k: int) -> torch.Tensor:
 
 def moe_router(ctx: Ctx, at: ops.RouterAttrs, x: torch.Tensor, w: torch.Tensor,
                bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    w = join_bf16(w).to(x.dtype)  # three bf16 terms (split_bf16) read as the fp32 weight
     t, e = x.shape[0], w.shape[0]
     s = torch.sigmoid(x @ w.T)  # [T, E]
     choice = s + bias
@@ -41,6 +43,7 @@ def moe_experts(ctx: Ctx, at: ops.ExpertsAttrs, x: torch.Tensor, weights: torch.
                 wd: torch.Tensor) -> torch.Tensor:
     out = torch.zeros_like(x)
     lim = ops.SwiGLUAttrs(at.limit)
+    wg, wu, wd = (unpack_k(w) for w in (wg, wu, wd))  # packed stacks read as [E, N, K]
     for e in ids.unique().tolist():
         rows, k = (ids == e).nonzero(as_tuple=True)
         h = swiglu(ctx, lim, x[rows] @ wg[e].T, x[rows] @ wu[e].T) @ wd[e].T
