@@ -15,6 +15,12 @@ def pytest_configure(config):
     torch.set_num_threads(1)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject): a worker a core on CPU, where each test runs one thread; none on
+    a CUDA machine, whose tests share one card."""
+    return 0 if torch.cuda.is_available() else None
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -65,7 +66,9 @@ def load(source: str, name: str, device: torch.device | str, base: str | None = 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{mod_name}.py"
     if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(".tmp")
+        # a temporary of this process's own, so processes sharing the cache never import a
+        # file another one is half way through writing
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(source)
         tmp.replace(path)
     spec = importlib.util.spec_from_file_location(mod_name, path)
