@@ -202,7 +202,9 @@ class SwiGLULinearAttrs:
 class EpilogueLinearAttrs:
     """A projection with an optional RMSNorm prologue (eps None: none) and a fused epilogue.
     group > 0: the prologue is instead a gated RMSNorm over each `group` columns (KDA's o_norm:
-    `gated_rmsnorm`), its gate and norm weight the op's last two operands."""
+    `gated_rmsnorm`), its gate and norm weight the op's last two operands. An addend, a [T, N]
+    value (a MoE block's routed output) added to the projection first, is the last operand of
+    linear_residual (4 operands) or linear_hc_post (6)."""
 
     eps: float | None = None
     group: int = 0

@@ -277,9 +277,17 @@ def _swiglu_linear(a: Types, at: ops.SwiGLULinearAttrs) -> tuple[TensorType, ...
     return (w.with_shape(x.shape[0], w.shape[0] / 2),)
 
 
+def _addend(a: Types, at: int, f: TensorType) -> None:
+    """Operand `at`, when given, is added to the projection f: f's own shape and dtype."""
+    if len(a) > at:
+        _need(a[at] == f, f"the addend (operand {at + 1}) must be the projection's {f}, "
+              f"got {a[at]}")
+
+
 def _linear_residual(a: Types, _: object) -> tuple[TensorType, ...]:
-    x, w, stream = a
+    x, w, stream = a[:3]
     (f,) = _linear((x, w), None)
+    _addend(a, 3, f)
     return _same((stream, f), None)
 
 
@@ -296,6 +304,8 @@ def _linear_hc_post(a: Types, at: ops.EpilogueLinearAttrs) -> tuple[TensorType, 
     if at.group:
         _gated_rmsnorm((x, *a[5:]), ops.GatedNormAttrs(at.eps, at.group))
     (f,) = _linear((x, w), None)
+    if not at.group:  # operands 6 and 7 are the gated norm's
+        _addend(a, 5, f)
     return _hc_post((f, streams, post, comb), None)
 
 
@@ -344,9 +354,9 @@ SIGNATURES: dict[Op, Signature] = {
     Op.LM_HEAD: Signature((2,), _lm_head),
     Op.NORM_LINEAR: Signature((2,), _norm_linear),
     Op.SWIGLU_LINEAR: Signature((2,), _swiglu_linear),
-    Op.LINEAR_RESIDUAL: Signature((3,), _linear_residual),
+    Op.LINEAR_RESIDUAL: Signature((3, 4), _linear_residual),
     Op.LINEAR_KDA_GATE: Signature((4,), _linear_kda_gate),
-    Op.LINEAR_HC_POST: Signature((5, 7), _linear_hc_post),
+    Op.LINEAR_HC_POST: Signature((5, 6, 7), _linear_hc_post),
     Op.ROPE_ATTENTION: Signature((5,), _rope_attention),
     Op.EMBED_STREAMS: Signature((2,), _embed_streams),
 }

@@ -1,5 +1,6 @@
 """Epilogue and prologue fusions: SwiGLU into the gate|up GEMM, the residual add and hc_post into
-the projection that produces the block output (so each site reads and writes the highway once),
+the projection that produces the block output (so each site reads and writes the highway once;
+a MoE block's routed output is added in the same epilogue),
 KDA's decay gate into f_b's projection, RoPE into attention's KV write, and the embedding gather
 into the highway's first write."""
 
@@ -74,14 +75,33 @@ def fuse_swiglu(graph: Graph) -> PassResult:
     return _Fuser(graph).run(Op.SWIGLU, _swiglu)
 
 
+def _summed_gemm(f: _Fuser, value: str) -> tuple[Node, Node, str] | None:
+    """(the add, the plain projection, the other addend) when `value` is read once and is the
+    sum of a plain projection read only there and another value (a MoE block: the shared
+    expert's down projection plus the routed experts' output)."""
+    add = f.single(value)
+    if add is None or add.op is not Op.ADD:
+        return None
+    for mine, other in (add.args, add.args[::-1]):
+        src = f.single(mine)
+        if _plain_gemm(src) and mine != other:
+            return add, src, other
+    return None
+
+
 def _residual(f: _Fuser, node: Node):
     stream, out = node.args
     src = f.single(out)
-    if not _plain_gemm(src):
-        return f"cannot fuse {node.outs[0]} residual_add into a GEMM: {out} is not the sole " \
-               "result of a plain projection"
-    return make_node(f.graph, node.outs, Op.LINEAR_RESIDUAL, (*src.args, stream),
-                     _eps(src), [src, node]), [src]
+    if _plain_gemm(src):
+        return make_node(f.graph, node.outs, Op.LINEAR_RESIDUAL, (*src.args, stream),
+                         _eps(src), [src, node]), [src]
+    summed = _summed_gemm(f, out)
+    if summed is not None:  # the add rides in the epilogue too
+        add, src, addend = summed
+        return make_node(f.graph, node.outs, Op.LINEAR_RESIDUAL, (*src.args, stream, addend),
+                         _eps(src), [src, add, node]), [src, add]
+    return f"cannot fuse {node.outs[0]} residual_add into a GEMM: {out} is not the sole " \
+           "result of a plain projection (or its sum with another value)"
 
 
 def fuse_residual(graph: Graph) -> PassResult:
@@ -91,22 +111,31 @@ def fuse_residual(graph: Graph) -> PassResult:
 def _hc_post(f: _Fuser, node: Node):
     out, streams, post, comb = node.args
     src = f.single(out)
-    if not _plain_gemm(src):
-        kind = f.prod[out].op.value if out in f.prod else "an input"
-        return f"cannot fuse {node.outs[0]} hc_post into a GEMM: {out} comes from {kind}, " \
-               "not a plain projection with one user"
-    return make_node(f.graph, node.outs, Op.LINEAR_HC_POST, (*src.args, streams, post, comb),
-                     _eps(src), [src, node]), [src]
+    if _plain_gemm(src):
+        return make_node(f.graph, node.outs, Op.LINEAR_HC_POST, (*src.args, streams, post, comb),
+                         _eps(src), [src, node]), [src]
+    summed = _summed_gemm(f, out)
+    if summed is not None:  # the add rides in the epilogue too
+        add, src, addend = summed
+        args = (*src.args, streams, post, comb, addend)
+        return make_node(f.graph, node.outs, Op.LINEAR_HC_POST, args, _eps(src),
+                         [src, add, node]), [src, add]
+    kind = f.prod[out].op.value if out in f.prod else "an input"
+    return f"cannot fuse {node.outs[0]} hc_post into a GEMM: {out} comes from {kind}, not a " \
+           "plain projection (or its sum with another value) with one user"
 
 
 def fuse_hc_post(graph: Graph) -> PassResult:
+    """hc_post as the epilogue of the projection it mixes in: of `linear`, or of `linear + v`
+    (v added to the projection's result first)."""
     return _Fuser(graph).run(Op.HC_POST, _hc_post)
 
 
 def _gated_norm(f: _Fuser, node: Node):
     x = node.args[0]
     src = f.prod.get(x)
-    if src is None or src.op is not Op.GATED_RMSNORM or node.attrs != ops.EpilogueLinearAttrs():
+    if src is None or src.op is not Op.GATED_RMSNORM or node.attrs != ops.EpilogueLinearAttrs() \
+            or len(node.args) != 5:
         return None  # nothing to fold
     if f.single(x) is None:
         return f"cannot fold {x} gated_rmsnorm into the GEMM of {node.outs[0]}: {x} has " \

@@ -35,11 +35,11 @@ PAD = 24  # extra columns of the wider buffers that strided views are cut from
 
 def spec_for(k: int, n: int, prologue: str, epilogue: str, limit: float | None = 0.75,
              streams: int = 3, hc: int = 4, group: int = 16, head_dim: int = 16,
-             lower_bound: float | None = -5.0) -> MatmulSpec:
+             lower_bound: float | None = -5.0, addend: bool = False) -> MatmulSpec:
     gate = KDAGateSpec(n // head_dim, head_dim, lower_bound) if epilogue == "kda_gate" else None
     return MatmulSpec(k=k, n=n, prologue=prologue, eps=1e-5, streams=streams, epilogue=epilogue,
                       limit=limit if epilogue == "swiglu" else None, hc=hc,
-                      group=group if prologue == "gated_rmsnorm" else 0, gate=gate)
+                      group=group if prologue == "gated_rmsnorm" else 0, gate=gate, addend=addend)
 
 
 class Case:
@@ -75,6 +75,8 @@ class Case:
         if spec.epilogue == "hc_post":
             self.post = self.uniform(alloc, spec.hc) * 2
             self.comb = self.uniform(alloc, spec.hc, spec.hc)
+        # a MoE block's routed output, in the activations' dtype, on the result's scale
+        self.addend = self.randn(alloc, spec.n_out, dtype=act) if spec.addend else None
         # mean_rmsnorm's normed rows: poisoned, so a GEMM reading rows the norm kernel did not
         # write (or a norm kernel writing past `rows`) shows
         self.h = scratch(spec, alloc, act, device)
@@ -106,7 +108,7 @@ class Case:
         kernels = tuple(load(src, n, self.device) for n in kernel_names(name, self.spec))
         launch(kernels, self.spec, x=self.x, w=self.w, out=self.out, rows=self.rows,
                stream=self.stream, post=self.post, comb=self.comb, h=self.h, y=self.y,
-               gate=self.gate, nw=self.nw, dt=self.dt, alog=self.alog)
+               gate=self.gate, nw=self.nw, dt=self.dt, alog=self.alog, addend=self.addend)
 
 
 def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
@@ -129,6 +131,8 @@ def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
         return gate / (1 + torch.exp(-gate)) * up
     if spec.epilogue == "kda_gate":
         return kda_gate_of(spec.gate, y + c.dt.double(), c.alog.double())
+    if spec.addend:
+        y = y + c.addend[:t].double()
     s = c.stream[:t].double()
     if spec.epilogue == "residual":
         return s + y
@@ -299,6 +303,25 @@ def test_wide_hc_post_step(prologue, rows):
     check_cpu(spec_for(40, 72, prologue, "hc_post"), rows, view=True, seed=950 + rows)
 
 
+@pytest.mark.parametrize("rows", [1, 3, 17, 50, 70])  # GEMV; tensor cores; hc_post apart
+@pytest.mark.parametrize("epilogue", ["residual", "hc_post"])
+@pytest.mark.parametrize("prologue", ["none", "rmsnorm"])
+def test_epilogue_with_an_addend(prologue, epilogue, rows):
+    check_cpu(spec_for(40, 72, prologue, epilogue, addend=True), rows, view=rows % 2 == 1,
+              seed=1000 + rows)
+
+
+def test_addend_wants_its_epilogue_and_rows():
+    with pytest.raises(ValueError, match="addend needs the residual or hc_post epilogue, not 'st"):
+        spec_for(40, 72, "none", "store", addend=True)
+    c = Case(spec_for(40, 72, "none", "hc_post", addend=True), 5, "cpu", torch.float32, False,
+             seed=5)
+    c.addend = c.addend[:4]
+    with pytest.raises(ValueError, match=r"matmul addend: \[>= 5, 72\], got \(4, 72\)"):
+        c.launch()
+    assert torch.isnan(c.out).all(), "nothing may run"
+
+
 @pytest.mark.parametrize("rows", [1, 5])
 def test_mean_rmsnorm_scratch_is_rewritten_each_launch(rows):
     # a launch reuses the scratch another launch (more rows, other inputs) filled
@@ -374,6 +397,14 @@ def test_gpu_bf16_gated_rmsnorm_o_proj(rows):
     # GLM-5.3-Flash's KDA o_proj: 64 heads x 128 in, 4096 out, hc_post over 4 streams
     check_gpu(spec_for(8192, 4096, "gated_rmsnorm", "hc_post", group=128), rows,
               view=rows != 8, seed=800 + rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 8, 40, 512])
+def test_gpu_bf16_shared_expert_down_with_routed_addend(rows):
+    # GLM-5.3-Flash's shared expert down: 2048 in, 4096 out, plus the routed experts' output
+    check_gpu(spec_for(2048, 4096, "none", "hc_post", addend=True), rows, view=rows != 8,
+              seed=1100 + rows)
 
 
 @pytest.mark.gpu

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hyperloom.codegen.emitters import dsa as dsa_emitter
-from hyperloom.codegen.emitters import kda_chunk, moe_experts
+from hyperloom.codegen.emitters import kda_chunk, matmul, moe_experts
 from hyperloom.codegen.emitters.dsa import DSASpec
 from hyperloom.config import overrides
 
@@ -111,3 +111,25 @@ def test_kda_chunk_kernels_fit_shared_memory(kernel: str, tmp_path) -> None:
     if not kernel:
         assert k["async_copies"] > 0, k  # the walk loads the next chunk's products ahead
 
+
+
+@pytest.mark.parametrize("rows", [1, 40, 512])  # GEMV; tensor-core tiles; the wide step's GEMM
+def test_shared_down_with_routed_addend_pipelines(rows: int, tmp_path) -> None:
+    """GLM-5.3-Flash's shared expert down projection with the routed output added and hc_post
+    (a wide step: the GEMM storing result + addend to y) as `matmul.launch` runs it."""
+    spec = matmul.MatmulSpec(k=2048, n=4096, epilogue="hc_post", hc=4, addend=True)
+    wide = rows > matmul.SPLIT_ROWS
+    gemm = matmul.split_spec(spec) if wide else spec
+    t = matmul.tiles(gemm, rows)
+    with overrides(interpret=False):
+        source = matmul.source("probe", spec)
+    out = "*bf16" if wide else "*fp32"
+    types = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": out, "add_ptr": "*bf16",
+             "stream_ptr": "*bf16" if wide else "*fp32", "post_ptr": "*fp32",
+             "comb_ptr": "*fp32"} | {n: "i32" for n in (
+                 "rows", "sx_t", "so_t", "so_h", "sa_t", "sst_t", "sst_h", "sp_t", "sc_t", "sc_i")}
+    consts = {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k,
+              "GROUP_M": t.group_m, "GEMV": t.gemv}
+    k = _sm90(tmp_path, source, "probe_y" if wide else "probe", types, consts, t.num_warps,
+              t.num_stages, ("sx_t", "so_t", "so_h", "sa_t", "sst_t", "sst_h"))
+    assert k["shared"] <= SM90_SHARED and k["async_copies"] > 0, (rows, t, k)

@@ -30,6 +30,9 @@ spec, ...)` runs them in that order. out = epilogue(prologue(x) @ w.T), accumula
   the plain GEMM stores result rows to a scratch y [rows, N] (`scratch_y`), then the `hc_post`
   emitter's kernel mixes the streams (on the H200 at 2048 rows, o_proj-sized: 107 + 75 us
   against 279 fused, because a tile's epilogue stream traffic does not overlap any GEMM work).
+  With spec.addend (residual or hc_post), result[t] += addend[t] first ([rows, N], `addend=`: a
+  MoE block's routed output added to its shared expert's down projection); a wide hc_post
+  step's GEMM stores result + addend to y (the "residual" epilogue into y).
   With spec.site (CONFIG.fold_sites), a one-row step also runs the hc_pre of the site that reads
   the new streams: partials of X' @ fn^T per program, then `hc_pre`'s row finish in the last
   program by ticket (`finishes_site`).
@@ -78,6 +81,7 @@ class MatmulSpec:
     # GEMM's last program (projection partials, then Sinkhorn and y: hc_pre.finish_source)
     site: hc_pre.HCPreSpec | None = None
     gate: kda_gate.KDAGateSpec | None = None  # the kda_gate epilogue's heads and bound
+    addend: bool = False  # residual, hc_post: a [rows, N] value added to the result first
 
     def __post_init__(self) -> None:
         if self.prologue not in PROLOGUES or self.epilogue not in EPILOGUES:
@@ -86,6 +90,9 @@ class MatmulSpec:
                                       or self.site.d != self.n_out):
             raise ValueError(f"a site of {self.site.n} x {self.site.d} needs the hc_post "
                              f"epilogue of {self.hc} x {self.n_out} streams")
+        if self.addend and self.epilogue not in ("residual", "hc_post"):
+            raise ValueError(f"an addend needs the residual or hc_post epilogue, not "
+                             f"{self.epilogue!r}")
         if (self.epilogue == "kda_gate") != (self.gate is not None) \
                 or (self.gate is not None and self.gate.width != self.n):
             raise ValueError(f"the kda_gate epilogue needs a gate of {self.n} columns, got "
@@ -127,8 +134,10 @@ def kernel_names(name: str, spec: MatmulSpec) -> tuple[str, ...]:
 
 
 def split_spec(spec: MatmulSpec) -> MatmulSpec:
-    """The GEMM of a wide hc_post step: the same product, stored as is."""
-    return dataclasses.replace(gemm_spec(spec), epilogue="store", hc=1, site=None)
+    """The GEMM of a wide hc_post step: the same product, stored as is (with the addend:
+    stored with it added, the "residual" epilogue over the addend)."""
+    epilogue = "residual" if spec.addend else "store"
+    return dataclasses.replace(gemm_spec(spec), epilogue=epilogue, hc=1, site=None, addend=False)
 
 
 def norm_spec(spec: MatmulSpec) -> norm.NormSpec:
@@ -150,6 +159,8 @@ def _params(spec: MatmulSpec) -> list[str]:
         names.append("stream_ptr")
     if spec.epilogue == "hc_post":
         names += ["post_ptr", "comb_ptr"]
+    if spec.addend:
+        names += ["add_ptr", "sa_t"]
     if spec.epilogue == "kda_gate":
         names += ["bias_ptr", "alog_ptr"]
     names += ["rows", "sx_t", "so_t"]
@@ -281,6 +292,9 @@ def _epilogue(spec: MatmulSpec) -> list[str]:
     if spec.epilogue == "kda_gate":
         return lines + kda_gate.gate_lines(spec.gate, "acc", "rn", "n_ok") + [store.format("g")]
     lines.append("s_rows = stream_ptr + rm64[:, None] * sst_t")
+    if spec.addend:
+        lines.append("acc += tl.load(add_ptr + rm64[:, None] * sa_t + rn[None, :], mask=o_ok, "
+                     "other=0.0).to(tl.float32)")
     if spec.epilogue == "residual":
         return lines + ["r = tl.load(s_rows + rn[None, :], mask=o_ok, other=0.0)",
                         store.format("(r + acc)")]
@@ -419,8 +433,10 @@ def source(name: str, spec: MatmulSpec, header: str = "") -> str:
 # ---------------------------------------------------------------- launch
 
 
-def _strides(spec: MatmulSpec, x, out, stream, post, comb) -> dict[str, int]:
+def _strides(spec: MatmulSpec, x, out, stream, post, comb, addend) -> dict[str, int]:
     s = {"sx_t": x.stride(0), "so_t": out.stride(0)}
+    if spec.addend:
+        s["sa_t"] = addend.stride(0)
     if spec.epilogue in ("residual", "hc_post"):
         s["sst_t"] = stream.stride(0)
     if spec.epilogue == "hc_post":
@@ -497,14 +513,15 @@ def finishes_site(spec: MatmulSpec, rows: int) -> bool:
 def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
                 rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
                 comb: torch.Tensor | None = None, site: Site | None = None,
-                dt: torch.Tensor | None = None, alog: torch.Tensor | None = None) -> None:
+                dt: torch.Tensor | None = None, alog: torch.Tensor | None = None,
+                addend: torch.Tensor | None = None) -> None:
     """The GEMM kernel of a spec whose prologue is none or rmsnorm (see gemm_spec) on the first
     `rows` rows; site: spec.site's operands (needed with spec.site); dt, alog: the kda_gate
-    epilogue's dt_bias and A_log."""
+    epilogue's dt_bias and A_log; addend: spec.addend's rows."""
     t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
-             "comb_ptr": comb, "bias_ptr": dt, "alog_ptr": alog, "rows": rows,
-             **_strides(spec, x, out, stream, post, comb)}
+             "comb_ptr": comb, "bias_ptr": dt, "alog_ptr": alog, "add_ptr": addend, "rows": rows,
+             **_strides(spec, x, out, stream, post, comb, addend)}
     grid = (triton.cdiv(rows, t.block_m) * triton.cdiv(spec.n_out, t.block_n),)
     extra = {}
     if spec.site:
@@ -524,16 +541,17 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
            comb: torch.Tensor | None = None, h: torch.Tensor | None = None,
            y: torch.Tensor | None = None, site: Site | None = None,
            gate: torch.Tensor | None = None, nw: torch.Tensor | None = None,
-           dt: torch.Tensor | None = None, alog: torch.Tensor | None = None) -> None:
+           dt: torch.Tensor | None = None, alog: torch.Tensor | None = None,
+           addend: torch.Tensor | None = None) -> None:
     """Run the kernels of `source(..., spec)` (those of kernel_names, loaded, in order) on the
     first `rows` rows of the operands. mean_rmsnorm: h is the scratch of `scratch(...)` (at least
     `rows` rows); the norm kernel fills h[:rows], then the GEMM reads it as its x. hc_post: y
     is `scratch_y(...)`'s, needed when rows > SPLIT_ROWS. spec.site: `site` holds the site's
     operands, and a one-row step finishes it (finishes_site). gated_rmsnorm: gate and nw (the
     norm weight), and h (`scratch`) as for mean_rmsnorm. kda_gate: dt (dt_bias [N]) and alog
-    (A_log [heads])."""
+    (A_log [heads]). spec.addend: addend [>= rows, N]."""
     check_operands(spec, rows, x=x, w=w, out=out, stream=stream, post=post, comb=comb, h=h,
-                   gate=gate, nw=nw, dt=dt, alog=alog)
+                   gate=gate, nw=nw, dt=dt, alog=alog, addend=addend)
     require(len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names")
     if rows <= 0:
         return
@@ -548,9 +566,9 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
         require(y is not None and y.shape[0] >= rows and y.shape[1] == spec.n_out,
                 lambda: f"a {rows}-row hc_post step needs y [>= {rows}, {spec.n_out}] "
                         f"(scratch_y), got {None if y is None else tuple(y.shape)}")
-        launch_gemm(kernels[-2], split_spec(spec), x=x, w=w, out=y, rows=rows)
+        launch_gemm(kernels[-2], split_spec(spec), x=x, w=w, out=y, rows=rows, stream=addend)
         hc_post.launch(kernels[-1], hc_post.HCPostSpec(spec.hc, spec.n_out), f=y, x=stream,
                        post=post, comb=comb, out=out, rows=rows)
         return
     launch_gemm(gemm, gemm_spec(spec), x=x, w=w, out=out, rows=rows, stream=stream,
-                post=post, comb=comb, site=site, dt=dt, alog=alog)
+                post=post, comb=comb, site=site, dt=dt, alog=alog, addend=addend)

@@ -20,7 +20,7 @@ def _present(what: str, t) -> None:
 
 
 def check_operands(spec: MatmulSpec, rows: int, *, x, w, out, stream, post, comb, h, gate, nw,
-                   dt, alog) -> None:
+                   dt, alog, addend) -> None:
     """Shapes, rows and contiguous last dims of every operand the spec reads or writes."""
     _check_io(spec, rows, x, w, out)
     if spec.norm_kernel:
@@ -37,6 +37,11 @@ def check_operands(spec: MatmulSpec, rows: int, *, x, w, out, stream, post, comb
         for name, t, shape in (("post", post, (n,)), ("comb", comb, (n, n))):
             _present(f"matmul {name}", t)
             require_shape(f"matmul {name}", t, shape, rows)
+    if spec.addend:
+        require(addend is not None and tuple(addend.shape[1:]) == (spec.n_out,)
+                and addend.shape[0] >= rows and addend.stride(-1) == 1,
+                lambda: f"matmul addend: [>= {rows}, {spec.n_out}], got {_shape(addend)} (a "
+                        "contiguous last dim)")
     if spec.prologue == "gated_rmsnorm":
         require(gate is not None and gate.shape == x.shape and gate.stride(-1) == 1,
                 lambda: f"gated norm gate: {tuple(x.shape)} as x, contiguous last dim, got "

@@ -28,18 +28,23 @@ def swiglu_linear(ctx: Ctx, at: ops.SwiGLULinearAttrs, x: torch.Tensor,
 
 
 def linear_residual(ctx: Ctx, at: ops.EpilogueLinearAttrs, x: torch.Tensor, w: torch.Tensor,
-                    stream: torch.Tensor) -> torch.Tensor:
-    return stream + _gemm_in(x, at.eps) @ w.T
+                    stream: torch.Tensor, *addend: torch.Tensor) -> torch.Tensor:
+    f = _gemm_in(x, at.eps) @ w.T
+    return stream + (f + addend[0] if addend else f)
 
 
 def linear_hc_post(ctx: Ctx, at: ops.EpilogueLinearAttrs, x: torch.Tensor, w: torch.Tensor,
                    streams, post: torch.Tensor, comb: torch.Tensor,
-                   *gated: torch.Tensor) -> torch.Tensor:
-    if at.group:  # gate, norm weight
-        x = dense.gated_rmsnorm(ctx, ops.GatedNormAttrs(at.eps, at.group), x, *gated)
+                   *extra: torch.Tensor) -> torch.Tensor:
+    """extra: the gated norm's gate and weight (at.group), or an addend."""
+    if at.group:
+        x = dense.gated_rmsnorm(ctx, ops.GatedNormAttrs(at.eps, at.group), x, *extra)
     else:
         x = _gemm_in(x, at.eps)
-    return hc.hc_post(ctx, at, x @ w.T, streams, post, comb)
+    f = x @ w.T
+    if extra and not at.group:
+        f = f + extra[0]
+    return hc.hc_post(ctx, at, f, streams, post, comb)
 
 
 def linear_kda_gate(ctx: Ctx, at: ops.KDAGateAttrs, x: torch.Tensor, w: torch.Tensor,
