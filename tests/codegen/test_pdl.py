@@ -59,10 +59,14 @@ def test_every_launched_kernel_waits_before_it_touches_memory(knobs):
 def test_glm_kernels_wait_before_they_touch_memory():
     """GLM's sources: every launched kernel waits before it touches memory, but the chunked
     KDA prefill's five (milliseconds a launch: nothing for an early start to hide)."""
-    with overrides(interpret=False):
-        sources = compile_graph(hyperloom.build("glm5next", "tiny").main, 64).sources
-    waiting = {cache.shared_name(entry) for entry, _ in _waiting(sources, exempt="_chunk")}
-    for kind in ("dsa", "mla", "moe_router", "moe_experts", "kda", "add", "hc_head_mean"):
+    spec = hyperloom.build("glm5next", "tiny")
+    waiting = set()
+    for graph in (spec.main, spec.mtp):  # the MTP drafter's has the concat and cast kernels
+        with overrides(interpret=False):
+            sources = compile_graph(graph, 64).sources
+        waiting |= {cache.shared_name(e) for e, _ in _waiting(sources, exempt="_chunk")}
+    for kind in ("dsa", "mla", "moe_router", "moe_experts", "kda", "hc_head_mean", "concat",
+                 "cast"):
         assert any(kind in e for e in waiting), kind
 
 
