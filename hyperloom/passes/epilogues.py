@@ -75,33 +75,32 @@ def fuse_swiglu(graph: Graph) -> PassResult:
     return _Fuser(graph).run(Op.SWIGLU, _swiglu)
 
 
-def _summed_gemm(f: _Fuser, value: str) -> tuple[Node, Node, str] | None:
-    """(the add, the plain projection, the other addend) when `value` is read once and is the
-    sum of a plain projection read only there and another value (a MoE block: the shared
-    expert's down projection plus the routed experts' output)."""
-    add = f.single(value)
-    if add is None or add.op is not Op.ADD:
+def _projection(f: _Fuser, value: str) -> tuple[Node, list[Node], tuple[str, ...]] | None:
+    """(plain projection, nodes the epilogue absorbs, addend operands) when `value` is read once
+    and is either a plain projection's sole result, or its sum with another value (a MoE block:
+    the shared expert's down projection plus the routed experts' output), the add and the
+    projection read nowhere else."""
+    src = f.single(value)
+    if _plain_gemm(src):
+        return src, [src], ()
+    if src is None or src.op is not Op.ADD:
         return None
-    for mine, other in (add.args, add.args[::-1]):
-        src = f.single(mine)
-        if _plain_gemm(src) and mine != other:
-            return add, src, other
+    for mine, other in (src.args, src.args[::-1]):
+        gemm = f.single(mine)
+        if _plain_gemm(gemm) and mine != other:
+            return gemm, [gemm, src], (other,)
     return None
 
 
 def _residual(f: _Fuser, node: Node):
     stream, out = node.args
-    src = f.single(out)
-    if _plain_gemm(src):
-        return make_node(f.graph, node.outs, Op.LINEAR_RESIDUAL, (*src.args, stream),
-                         _eps(src), [src, node]), [src]
-    summed = _summed_gemm(f, out)
-    if summed is not None:  # the add rides in the epilogue too
-        add, src, addend = summed
-        return make_node(f.graph, node.outs, Op.LINEAR_RESIDUAL, (*src.args, stream, addend),
-                         _eps(src), [src, add, node]), [src, add]
-    return f"cannot fuse {node.outs[0]} residual_add into a GEMM: {out} is not the sole " \
-           "result of a plain projection (or its sum with another value)"
+    got = _projection(f, out)
+    if got is None:
+        return f"cannot fuse {node.outs[0]} residual_add into a GEMM: {out} is not the sole " \
+               "result of a plain projection (or its sum with another value)"
+    src, gone, addend = got
+    return make_node(f.graph, node.outs, Op.LINEAR_RESIDUAL, (*src.args, stream, *addend),
+                     _eps(src), [*gone, node]), gone
 
 
 def fuse_residual(graph: Graph) -> PassResult:
@@ -110,19 +109,14 @@ def fuse_residual(graph: Graph) -> PassResult:
 
 def _hc_post(f: _Fuser, node: Node):
     out, streams, post, comb = node.args
-    src = f.single(out)
-    if _plain_gemm(src):
-        return make_node(f.graph, node.outs, Op.LINEAR_HC_POST, (*src.args, streams, post, comb),
-                         _eps(src), [src, node]), [src]
-    summed = _summed_gemm(f, out)
-    if summed is not None:  # the add rides in the epilogue too
-        add, src, addend = summed
-        args = (*src.args, streams, post, comb, addend)
-        return make_node(f.graph, node.outs, Op.LINEAR_HC_POST, args, _eps(src),
-                         [src, add, node]), [src, add]
-    kind = f.prod[out].op.value if out in f.prod else "an input"
-    return f"cannot fuse {node.outs[0]} hc_post into a GEMM: {out} comes from {kind}, not a " \
-           "plain projection (or its sum with another value) with one user"
+    got = _projection(f, out)
+    if got is None:
+        kind = f.prod[out].op.value if out in f.prod else "an input"
+        return f"cannot fuse {node.outs[0]} hc_post into a GEMM: {out} comes from {kind}, " \
+               "not a plain projection (or its sum with another value) with one user"
+    src, gone, addend = got
+    return make_node(f.graph, node.outs, Op.LINEAR_HC_POST,
+                     (*src.args, streams, post, comb, *addend), _eps(src), [*gone, node]), gone
 
 
 def fuse_hc_post(graph: Graph) -> PassResult:

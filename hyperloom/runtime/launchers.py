@@ -83,10 +83,10 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         extra = {"stream": o[node.args[2]]}
     elif node.op is Op.LINEAR_HC_POST:
         extra = {"stream": o[node.args[2]], "post": o[node.args[3]], "comb": o[node.args[4]]}
-    if spec.addend:  # the last operand
-        extra["addend"] = o[node.args[-1]]
     elif node.op is Op.LINEAR_KDA_GATE:
         extra = {"dt": o[node.args[2]], "alog": o[node.args[3]]}
+    if spec.addend:  # the last operand
+        extra["addend"] = o[node.args[-1]]
     if spec.prologue == "gated_rmsnorm":
         extra |= {"gate": o[node.args[5]], "nw": o[node.args[6]]}
     if matmul.needs_h(spec, x.shape[0]):  # the normed rows: allocated here, never in the launch
