@@ -15,6 +15,7 @@ def pytest_configure(config):
     torch.set_num_threads(1)
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest -p no:xdist must still run
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pyproject): a worker a core on CPU, where each test runs one thread; none on
     a CUDA machine, whose tests share one card."""
