@@ -171,20 +171,46 @@ def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
     return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{_indent(load + body, 4)}"
 
 
-def _sinkhorn(lead: int) -> str:
-    """Sinkhorn on `logits` [..., NP, NP] (`lead` leading row axes) into `c`; `valid` masks
-    the live n x n cells."""
-    pad = ":, " * lead
-    rows, cols = f"axis={lead + 1})[{pad}:, None]", f"axis={lead})[{pad}None, :]"
-    return f"""# Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
-logits = tl.where(valid, logits, -1e30)
-e = tl.exp(logits - tl.max(logits, {rows})
-c = tl.where(valid, e / tl.sum(e, {rows} + HC_EPS, 0.0)
-c = c / (tl.sum(c, {cols} + HC_EPS)
-for _ in range(ITERS - 1):
-    c = c / (tl.sum(c, {rows} + HC_EPS)
-    c = c / (tl.sum(c, {cols} + HC_EPS)
-"""
+def _cells(n: int) -> list[tuple[int, int]]:
+    return [(a, b) for a in range(n) for b in range(n)]
+
+
+def _sum(terms: list[str]) -> str:
+    return " + ".join(terms)
+
+
+def _max(terms: list[str]) -> str:
+    while len(terms) > 1:
+        pairs = [f"tl.maximum({a}, {b})" for a, b in zip(terms[::2], terms[1::2])]
+        terms = pairs + ([terms[-1]] if len(terms) % 2 else [])
+    return terms[0]
+
+
+def _normalize(n: int, rows: bool) -> str:
+    """One Sinkhorn half-step over the cells c{a}{b}: every row (or column) divided by its sum
+    + HC_EPS (times one reciprocal a line)."""
+    out = ""
+    for u in range(n):
+        line = [f"c{u}{v}" if rows else f"c{v}{u}" for v in range(n)]
+        out += f"sk = 1.0 / ({_sum(line)} + HC_EPS)\n" + "".join(f"{c} = {c} * sk\n"
+                                                                 for c in line)
+    return out
+
+
+def _sinkhorn(n: int) -> str:
+    """Sinkhorn of the n x n logits l{a}{b} into c{a}{b}, one variable a cell (scalars, or one
+    value a row of a block): no cross-thread reductions, where [NP, NP] tiles took two a
+    half-step (H200: 2.2 of a one-row site's 9.25 us)."""
+    out = ""
+    for a in range(n):
+        row = [f"l{a}{b}" for b in range(n)]
+        out += f"mx = {_max(row)}\n" + "".join(f"e{a}{b} = tl.exp(l{a}{b} - mx)\n"
+                                                for b in range(n))
+        out += f"sk = 1.0 / ({_sum([f'e{a}{b}' for b in range(n)])})\n"
+        out += "".join(f"c{a}{b} = e{a}{b} * sk + HC_EPS\n" for b in range(n))
+    loop = _normalize(n, True) + _normalize(n, False)
+    return (out + _normalize(n, False) + "for _ in range(ITERS - 1):\n"
+            + _indent(loop, 4))
 
 
 def finish_source(spec: HCPreSpec) -> str:
@@ -206,18 +232,23 @@ def finish_source(spec: HCPreSpec) -> str:
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole)
     sums, sume = runtime_loop("s0", "0", "splits", "SB", "")
     out_eps = "" if spec.out_eps is None else ",\n                OUT_EPS: tl.constexpr"
+    n = spec.n
+    pick = "".join(f"l{a}{b} = tl.sum(tl.where(j == {2 * n + a * n + b}, z, 0.0), axis=0)\n"
+                   for a, b in _cells(n))
+    put = "".join(f"tl.store(comb_ptr + row * scomb_row + {a} * scomb_i + {b}, c{a}{b})\n"
+                  for a, b in _cells(n))
     body = f'''row = row.to(tl.int64)
 j = tl.arange(0, JP)
 ii = tl.arange(0, NP)
 dd = tl.arange(0, BLOCK_Y)
 smask = (ii < N)[:, None]  # padded streams read zeros
 x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
-m = tl.zeros((JP,), tl.float32)
+{head}m = tl.zeros((JP,), tl.float32)
 sb = tl.arange(0, SB)
 {sums}    s = s0 + sb
     m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + j[None, :],
                         mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
-{sume}{head}
+{sume}
 # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
                                                    tl.load(scale_ptr + 2)))
@@ -228,14 +259,7 @@ tl.store(post_ptr + row * spost_row + (j - N), 2.0 * sig, mask=(j >= N) & (j < 2
 # register tensors cannot be sliced: pick columns out with one-hot masked sums
 pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
 {norm_pass}{store}
-col = 2 * N + ii[:, None] * N + ii[None, :]  # [NP, NP] column of comb logit (a, b)
-valid = (ii[:, None] < N) & (ii[None, :] < N)
-hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
-logits = tl.sum(tl.where(hit, z[None, None, :], 0.0), axis=2)
-
-{_sinkhorn(0)}tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c,
-         mask=valid)
-'''
+{pick}{_sinkhorn(spec.n)}{put}'''
     return f'''
 @triton.jit
 def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
@@ -247,12 +271,17 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
 {_indent(body, 4)}'''
 
 
-def _gates_body() -> str:
+def _gates_body(spec: HCPreSpec) -> str:
     """A wide step's post and comb gates for RB rows, after the apply: their partials summed
     over the splits SG at a time as one flat tile (a block's rows are contiguous in a split)
     into scratch split `splits`, then gathered by kind; sum(x^2) as the apply parked it;
-    Sinkhorn over [RB, NP, NP]."""
+    Sinkhorn cell by cell, each cell an [RB] vector."""
     head, tail = runtime_loop("s0", "0", "splits", "SG", "")
+    n = spec.n
+    pick = "".join(f"l{a}{b} = tl.load(at + {2 * n + a * n + b}, mask=tmask, other=0.0) * rc "
+                   f"+ tl.load(base_ptr + {2 * n + a * n + b})\n" for a, b in _cells(n))
+    put = "".join(f"tl.store(comb_ptr + t64 * scomb_row + {a} * scomb_i + {b}, c{a}{b}, "
+                  "mask=tmask)\n" for a, b in _cells(n))
     return f'''t0 = tl.program_id(0) * RB
 flat = tl.arange(0, RB * JP)
 fmask = flat < (rows - t0) * JP
@@ -268,23 +297,16 @@ tmask = t < rows
 t64 = t.to(tl.int64)
 ii = tl.arange(0, NP)
 live = tmask[:, None] & (ii < N)[None, :]
-valid = (ii[:, None] < N) & (ii[None, :] < N)
-cell = ii[:, None] * N + ii[None, :]
 at = part_ptr + (splits * rows_pad + t64) * JP
 m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
-m_comb = tl.load(at[:, None, None] + 2 * N + cell[None, :, :],
-                 mask=tmask[:, None, None] & valid[None, :, :], other=0.0)
 ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
 # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
 bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
 post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
 tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
-bias = tl.load(base_ptr + 2 * N + cell, mask=valid, other=0.0)
-logits = m_comb * r[:, None, None] * tl.load(scale_ptr + 2) + bias[None, :, :]
-{_sinkhorn(1)}tl.store(comb_ptr + t64[:, None, None] * scomb_row + ii[None, :, None] * scomb_i
-         + ii[None, None, :], c, mask=tmask[:, None, None] & valid[None, :, :])
-'''
+rc = r * tl.load(scale_ptr + 2)
+{pick}{_sinkhorn(spec.n)}{put}'''
 
 
 def _apply_body(spec: HCPreSpec) -> str:
@@ -371,7 +393,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {gates}(", params, "):", 8)}
-{wait}{_indent(_gates_body(), 4)}
+{wait}{_indent(_gates_body(spec), 4)}
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {apply}(", params, "):", 8)}
