@@ -64,17 +64,17 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
     dd = tl.arange(0, BLOCK_Y)
     smask = (ii < N)[:, None]  # padded streams read zeros
     x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
-    d = dd
-    x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
-    sq = tl.zeros((BLOCK_Y,), tl.float32)
-    sq += tl.sum(x * x, axis=0)
-    ss = tl.sum(sq, axis=0)
     m = tl.zeros((JP,), tl.float32)
     sb = tl.arange(0, SB)
     for s0 in range(0, splits, SB):
         s = s0 + sb
         m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + j[None, :],
                             mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
+    d = dd
+    x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    sq += tl.sum(x * x, axis=0)
+    ss = tl.sum(sq, axis=0)
 
     # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
     sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
@@ -92,139 +92,21 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
     y = y * inv
     tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
 
-    l00 = tl.sum(tl.where(j == 8, z, 0.0), axis=0)
-    l01 = tl.sum(tl.where(j == 9, z, 0.0), axis=0)
-    l02 = tl.sum(tl.where(j == 10, z, 0.0), axis=0)
-    l03 = tl.sum(tl.where(j == 11, z, 0.0), axis=0)
-    l10 = tl.sum(tl.where(j == 12, z, 0.0), axis=0)
-    l11 = tl.sum(tl.where(j == 13, z, 0.0), axis=0)
-    l12 = tl.sum(tl.where(j == 14, z, 0.0), axis=0)
-    l13 = tl.sum(tl.where(j == 15, z, 0.0), axis=0)
-    l20 = tl.sum(tl.where(j == 16, z, 0.0), axis=0)
-    l21 = tl.sum(tl.where(j == 17, z, 0.0), axis=0)
-    l22 = tl.sum(tl.where(j == 18, z, 0.0), axis=0)
-    l23 = tl.sum(tl.where(j == 19, z, 0.0), axis=0)
-    l30 = tl.sum(tl.where(j == 20, z, 0.0), axis=0)
-    l31 = tl.sum(tl.where(j == 21, z, 0.0), axis=0)
-    l32 = tl.sum(tl.where(j == 22, z, 0.0), axis=0)
-    l33 = tl.sum(tl.where(j == 23, z, 0.0), axis=0)
-    mx = tl.maximum(tl.maximum(l00, l01), tl.maximum(l02, l03))
-    e00 = tl.exp(l00 - mx)
-    e01 = tl.exp(l01 - mx)
-    e02 = tl.exp(l02 - mx)
-    e03 = tl.exp(l03 - mx)
-    sk = 1.0 / (e00 + e01 + e02 + e03)
-    c00 = e00 * sk + HC_EPS
-    c01 = e01 * sk + HC_EPS
-    c02 = e02 * sk + HC_EPS
-    c03 = e03 * sk + HC_EPS
-    mx = tl.maximum(tl.maximum(l10, l11), tl.maximum(l12, l13))
-    e10 = tl.exp(l10 - mx)
-    e11 = tl.exp(l11 - mx)
-    e12 = tl.exp(l12 - mx)
-    e13 = tl.exp(l13 - mx)
-    sk = 1.0 / (e10 + e11 + e12 + e13)
-    c10 = e10 * sk + HC_EPS
-    c11 = e11 * sk + HC_EPS
-    c12 = e12 * sk + HC_EPS
-    c13 = e13 * sk + HC_EPS
-    mx = tl.maximum(tl.maximum(l20, l21), tl.maximum(l22, l23))
-    e20 = tl.exp(l20 - mx)
-    e21 = tl.exp(l21 - mx)
-    e22 = tl.exp(l22 - mx)
-    e23 = tl.exp(l23 - mx)
-    sk = 1.0 / (e20 + e21 + e22 + e23)
-    c20 = e20 * sk + HC_EPS
-    c21 = e21 * sk + HC_EPS
-    c22 = e22 * sk + HC_EPS
-    c23 = e23 * sk + HC_EPS
-    mx = tl.maximum(tl.maximum(l30, l31), tl.maximum(l32, l33))
-    e30 = tl.exp(l30 - mx)
-    e31 = tl.exp(l31 - mx)
-    e32 = tl.exp(l32 - mx)
-    e33 = tl.exp(l33 - mx)
-    sk = 1.0 / (e30 + e31 + e32 + e33)
-    c30 = e30 * sk + HC_EPS
-    c31 = e31 * sk + HC_EPS
-    c32 = e32 * sk + HC_EPS
-    c33 = e33 * sk + HC_EPS
-    sk = 1.0 / (c00 + c10 + c20 + c30 + HC_EPS)
-    c00 = c00 * sk
-    c10 = c10 * sk
-    c20 = c20 * sk
-    c30 = c30 * sk
-    sk = 1.0 / (c01 + c11 + c21 + c31 + HC_EPS)
-    c01 = c01 * sk
-    c11 = c11 * sk
-    c21 = c21 * sk
-    c31 = c31 * sk
-    sk = 1.0 / (c02 + c12 + c22 + c32 + HC_EPS)
-    c02 = c02 * sk
-    c12 = c12 * sk
-    c22 = c22 * sk
-    c32 = c32 * sk
-    sk = 1.0 / (c03 + c13 + c23 + c33 + HC_EPS)
-    c03 = c03 * sk
-    c13 = c13 * sk
-    c23 = c23 * sk
-    c33 = c33 * sk
+    col = 2 * N + ii[:, None] * N + ii[None, :]  # [NP, NP] column of comb logit (a, b)
+    valid = (ii[:, None] < N) & (ii[None, :] < N)
+    hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
+    logits = tl.sum(tl.where(hit, z[None, None, :], 0.0), axis=2)
+
+    # Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
+    logits = tl.where(valid, logits, -1e30)
+    e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
+    c = tl.where(valid, e / tl.sum(e, axis=1)[:, None] + HC_EPS, 0.0)
+    c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
     for _ in range(ITERS - 1):
-        sk = 1.0 / (c00 + c01 + c02 + c03 + HC_EPS)
-        c00 = c00 * sk
-        c01 = c01 * sk
-        c02 = c02 * sk
-        c03 = c03 * sk
-        sk = 1.0 / (c10 + c11 + c12 + c13 + HC_EPS)
-        c10 = c10 * sk
-        c11 = c11 * sk
-        c12 = c12 * sk
-        c13 = c13 * sk
-        sk = 1.0 / (c20 + c21 + c22 + c23 + HC_EPS)
-        c20 = c20 * sk
-        c21 = c21 * sk
-        c22 = c22 * sk
-        c23 = c23 * sk
-        sk = 1.0 / (c30 + c31 + c32 + c33 + HC_EPS)
-        c30 = c30 * sk
-        c31 = c31 * sk
-        c32 = c32 * sk
-        c33 = c33 * sk
-        sk = 1.0 / (c00 + c10 + c20 + c30 + HC_EPS)
-        c00 = c00 * sk
-        c10 = c10 * sk
-        c20 = c20 * sk
-        c30 = c30 * sk
-        sk = 1.0 / (c01 + c11 + c21 + c31 + HC_EPS)
-        c01 = c01 * sk
-        c11 = c11 * sk
-        c21 = c21 * sk
-        c31 = c31 * sk
-        sk = 1.0 / (c02 + c12 + c22 + c32 + HC_EPS)
-        c02 = c02 * sk
-        c12 = c12 * sk
-        c22 = c22 * sk
-        c32 = c32 * sk
-        sk = 1.0 / (c03 + c13 + c23 + c33 + HC_EPS)
-        c03 = c03 * sk
-        c13 = c13 * sk
-        c23 = c23 * sk
-        c33 = c33 * sk
-    tl.store(comb_ptr + row * scomb_row + 0 * scomb_i + 0, c00)
-    tl.store(comb_ptr + row * scomb_row + 0 * scomb_i + 1, c01)
-    tl.store(comb_ptr + row * scomb_row + 0 * scomb_i + 2, c02)
-    tl.store(comb_ptr + row * scomb_row + 0 * scomb_i + 3, c03)
-    tl.store(comb_ptr + row * scomb_row + 1 * scomb_i + 0, c10)
-    tl.store(comb_ptr + row * scomb_row + 1 * scomb_i + 1, c11)
-    tl.store(comb_ptr + row * scomb_row + 1 * scomb_i + 2, c12)
-    tl.store(comb_ptr + row * scomb_row + 1 * scomb_i + 3, c13)
-    tl.store(comb_ptr + row * scomb_row + 2 * scomb_i + 0, c20)
-    tl.store(comb_ptr + row * scomb_row + 2 * scomb_i + 1, c21)
-    tl.store(comb_ptr + row * scomb_row + 2 * scomb_i + 2, c22)
-    tl.store(comb_ptr + row * scomb_row + 2 * scomb_i + 3, c23)
-    tl.store(comb_ptr + row * scomb_row + 3 * scomb_i + 0, c30)
-    tl.store(comb_ptr + row * scomb_row + 3 * scomb_i + 1, c31)
-    tl.store(comb_ptr + row * scomb_row + 3 * scomb_i + 2, c32)
-    tl.store(comb_ptr + row * scomb_row + 3 * scomb_i + 3, c33)
+        c = c / (tl.sum(c, axis=1)[:, None] + HC_EPS)
+        c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
+    tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c,
+             mask=valid)
 
 
 @triton.jit(do_not_specialize=["rows"])
