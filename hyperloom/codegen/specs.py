@@ -23,7 +23,7 @@ from hyperloom.codegen.emitters import (
 from hyperloom.errors import CodegenError
 from hyperloom.ir.derive import unpacked_shape
 from hyperloom.ir.graph import Node
-from hyperloom.ir.ops import Op
+from hyperloom.ir.ops import Op, addend_of
 
 
 def matmul_spec(node: Node, types: dict) -> matmul.MatmulSpec:
@@ -36,8 +36,7 @@ def matmul_spec(node: Node, types: dict) -> matmul.MatmulSpec:
                 Op.LINEAR_HC_POST: "hc_post", Op.LINEAR_KDA_GATE: "kda_gate"}.get(op, "store")
     hc = int(node.types[0].shape[1]) if op is Op.LINEAR_HC_POST else 1
     gate = kda_gate_spec(node, types) if op is Op.LINEAR_KDA_GATE else None
-    # signatures: an addend is linear_residual's 4th operand, linear_hc_post's 6th
-    addend = len(node.args) == {Op.LINEAR_RESIDUAL: 4, Op.LINEAR_HC_POST: 6}.get(op)
+    addend = addend_of(node) is not None
     return matmul.MatmulSpec(k=int(w.shape[1]), n=int(w.shape[0]), prologue=prologue,
                              eps=eps or 1e-6, streams=int(x.shape[1]) if x.rank == 3 else 1,
                              epilogue=epilogue, limit=getattr(at, "limit", None), hc=hc,

@@ -203,11 +203,21 @@ class EpilogueLinearAttrs:
     """A projection with an optional RMSNorm prologue (eps None: none) and a fused epilogue.
     group > 0: the prologue is instead a gated RMSNorm over each `group` columns (KDA's o_norm:
     `gated_rmsnorm`), its gate and norm weight the op's last two operands. An addend, a [T, N]
-    value (a MoE block's routed output) added to the projection first, is the last operand of
-    linear_residual (4 operands) or linear_hc_post (6)."""
+    value (a MoE block's routed output) added to the projection first, is operand ADDEND_AT of
+    linear_residual (its 4th) or linear_hc_post (its 6th)."""
 
     eps: float | None = None
     group: int = 0
+
+
+# the operand index of a fused projection's addend, present when the op has one more operand
+ADDEND_AT = {Op.LINEAR_RESIDUAL: 3, Op.LINEAR_HC_POST: 5}
+
+
+def addend_of(node) -> str | None:
+    """The addend operand of a linear_residual / linear_hc_post node, or None."""
+    at = ADDEND_AT.get(node.op)
+    return node.args[at] if at is not None and len(node.args) == at + 1 else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -277,9 +277,11 @@ def _swiglu_linear(a: Types, at: ops.SwiGLULinearAttrs) -> tuple[TensorType, ...
     return (w.with_shape(x.shape[0], w.shape[0] / 2),)
 
 
-def _addend(a: Types, at: int, f: TensorType) -> None:
-    """Operand `at`, when given, is added to the projection f: f's own shape and dtype."""
-    if len(a) > at:
+def _addend(a: Types, op: Op, f: TensorType) -> None:
+    """The addend (operand ops.ADDEND_AT[op]), when given, is added to the projection f: f's own
+    shape and dtype."""
+    at = ops.ADDEND_AT[op]
+    if len(a) == at + 1:
         _need(a[at] == f, f"the addend (operand {at + 1}) must be the projection's {f}, "
               f"got {a[at]}")
 
@@ -287,7 +289,7 @@ def _addend(a: Types, at: int, f: TensorType) -> None:
 def _linear_residual(a: Types, _: object) -> tuple[TensorType, ...]:
     x, w, stream = a[:3]
     (f,) = _linear((x, w), None)
-    _addend(a, 3, f)
+    _addend(a, Op.LINEAR_RESIDUAL, f)
     return _same((stream, f), None)
 
 
@@ -305,7 +307,7 @@ def _linear_hc_post(a: Types, at: ops.EpilogueLinearAttrs) -> tuple[TensorType, 
         _gated_rmsnorm((x, *a[5:]), ops.GatedNormAttrs(at.eps, at.group))
     (f,) = _linear((x, w), None)
     if not at.group:  # operands 6 and 7 are the gated norm's
-        _addend(a, 5, f)
+        _addend(a, Op.LINEAR_HC_POST, f)
     return _hc_post((f, streams, post, comb), None)
 
 

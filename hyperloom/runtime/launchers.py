@@ -43,7 +43,7 @@ from hyperloom.codegen.specs import (
     moe_router_spec,
     norm_spec,
 )
-from hyperloom.ir.ops import Op
+from hyperloom.ir.ops import Op, addend_of
 from hyperloom.ir.semantics import EVAL, Ctx
 from hyperloom.ir.semantics.dense import rope_inv_freq
 from hyperloom.ir.state import StateStore, segments
@@ -85,8 +85,8 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         extra = {"stream": o[node.args[2]], "post": o[node.args[3]], "comb": o[node.args[4]]}
     elif node.op is Op.LINEAR_KDA_GATE:
         extra = {"dt": o[node.args[2]], "alog": o[node.args[3]]}
-    if spec.addend:  # the last operand
-        extra["addend"] = o[node.args[-1]]
+    if spec.addend:
+        extra["addend"] = o[addend_of(node)]
     if spec.prologue == "gated_rmsnorm":
         extra |= {"gate": o[node.args[5]], "nw": o[node.args[6]]}
     if matmul.needs_h(spec, x.shape[0]):  # the normed rows: allocated here, never in the launch

@@ -171,19 +171,15 @@ def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
     return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{_indent(load + body, 4)}"
 
 
-def _sinkhorn(lead: int) -> str:
-    """Sinkhorn on `logits` [..., NP, NP] (`lead` leading row axes) into `c`; `valid` masks
-    the live n x n cells."""
-    pad = ":, " * lead
-    rows, cols = f"axis={lead + 1})[{pad}:, None]", f"axis={lead})[{pad}None, :]"
-    return f"""# Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
+# A lone row's Sinkhorn on `logits` [NP, NP] into `c` (`valid` masks the live n x n cells)
+_SINKHORN_TILE = """# Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
 logits = tl.where(valid, logits, -1e30)
-e = tl.exp(logits - tl.max(logits, {rows})
-c = tl.where(valid, e / tl.sum(e, {rows} + HC_EPS, 0.0)
-c = c / (tl.sum(c, {cols} + HC_EPS)
+e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
+c = tl.where(valid, e / tl.sum(e, axis=1)[:, None] + HC_EPS, 0.0)
+c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
 for _ in range(ITERS - 1):
-    c = c / (tl.sum(c, {rows} + HC_EPS)
-    c = c / (tl.sum(c, {cols} + HC_EPS)
+    c = c / (tl.sum(c, axis=1)[:, None] + HC_EPS)
+    c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
 """
 
 
@@ -276,7 +272,7 @@ valid = (ii[:, None] < N) & (ii[None, :] < N)
 hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
 logits = tl.sum(tl.where(hit, z[None, None, :], 0.0), axis=2)
 
-{_sinkhorn(0)}tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c,
+{_SINKHORN_TILE}tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c,
          mask=valid)
 '''
     return f'''
