@@ -163,21 +163,24 @@ def _chunk(n_keys, splits, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _merge_head(acc_ptr, ml_ptr, o_ptr, rh, o_off, splits, active, SP: tl.constexpr,
-                HD: tl.constexpr, DP: tl.constexpr):
-    """o of one (row, head): its `active` splits' partials rescaled to a common max and summed."""
+def _merge_group(acc_ptr, ml_ptr, o_at, rh, gmask, splits, active, SP: tl.constexpr,
+                 HD: tl.constexpr, DP: tl.constexpr):
+    """o of a (row, kv head)'s query heads rh [GP] (o_at: their [GP, DP] outputs): the `active`
+    splits' partials rescaled to a common max and summed, every head at once (one round of
+    loads, where a loop over heads waited on one round a head)."""
     sp = tl.arange(0, SP)
-    sp_mask = sp < active
-    ml = ml_ptr + rh * 2 * splits + sp
-    m = tl.load(ml, mask=sp_mask, other=-1e30, cache_modifier=".cg")
-    w = tl.exp2(m - tl.max(m, axis=0))  # [SP]: 0 for splits past `active`
-    l_sum = tl.sum(tl.load(ml + splits, mask=sp_mask, other=0.0, cache_modifier=".cg") * w, axis=0)
+    live = gmask[:, None] & (sp < active)[None, :]
+    ml = ml_ptr + rh[:, None] * 2 * splits + sp[None, :]
+    m = tl.load(ml, mask=live, other=-1e30, cache_modifier=".cg")
+    w = tl.exp2(m - tl.max(m, axis=1)[:, None])  # [GP, SP]: 0 past `active`
+    l_sum = tl.sum(tl.load(ml + splits, mask=live, other=0.0, cache_modifier=".cg") * w, axis=1)
     dc = tl.arange(0, DP)
     dmask = dc < HD
-    acc = tl.load(acc_ptr + (rh * splits + sp)[:, None] * HD + dc[None, :],
-                  mask=sp_mask[:, None] & dmask[None, :], other=0.0, cache_modifier=".cg")
-    out = tl.sum(acc * w[:, None], axis=0) / l_sum
-    tl.store(o_ptr + o_off + dc, out.to(o_ptr.dtype.element_ty), mask=dmask)
+    at = (rh[:, None] * splits + sp[None, :]) * HD
+    acc = tl.load(acc_ptr + at[:, :, None] + dc[None, None, :],
+                  mask=live[:, :, None] & dmask[None, None, :], other=0.0, cache_modifier=".cg")
+    out = tl.sum(acc * w[:, :, None], axis=1) / tl.where(gmask, l_sum, 1.0)[:, None]
+    tl.store(o_at, out.to(o_at.dtype.element_ty), mask=gmask[:, None] & dmask[None, :])
 
 
 @triton.jit
@@ -263,6 +266,5 @@ def k03_rope_attention_l0_self_attn_split(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, 
     if ticket == active - 1:
         tl.debug_barrier()
         tl.store(cnt_ptr + r * HKV + kvh, 0)
-        for gi in range(G):  # a loop, not unrolled: one head's partials live at a time
-            _merge_head(acc_ptr, ml_ptr, o_ptr, r * H + kvh * G + gi, r * so + (kvh * G + gi) * HD,
-                        splits, active, SP, HD, DP)
+        _merge_group(acc_ptr, ml_ptr, o_ptr + r * so + head[:, None] * HD + dc[None, :], rh,
+                     g < G, splits, active, SP, HD, DP)
