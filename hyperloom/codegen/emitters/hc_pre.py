@@ -171,18 +171,6 @@ def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
     return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{_indent(load + body, 4)}"
 
 
-# A lone row's Sinkhorn on `logits` [NP, NP] into `c` (`valid` masks the live n x n cells)
-_SINKHORN_TILE = """# Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
-logits = tl.where(valid, logits, -1e30)
-e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
-c = tl.where(valid, e / tl.sum(e, axis=1)[:, None] + HC_EPS, 0.0)
-c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
-for _ in range(ITERS - 1):
-    c = c / (tl.sum(c, axis=1)[:, None] + HC_EPS)
-    c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
-"""
-
-
 def _cells(n: int) -> list[tuple[int, int]]:
     return [(a, b) for a in range(n) for b in range(n)]
 
@@ -210,10 +198,10 @@ def _normalize(n: int, rows: bool) -> str:
 
 
 def _sinkhorn_cells(n: int) -> str:
-    """Sinkhorn of the n x n logits l{a}{b} into c{a}{b}, one [RB] vector a cell (a gates
-    program's rows): no cross-thread reductions, where [RB, NP, NP] tiles took two a half-step
-    (H200, 4096 rows: gates 7.4 -> 6.3 us). A lone row keeps the tile form: as scalars, picked
-    out of z by 16 masked sums, its finish took 116 us, not 9.7."""
+    """Sinkhorn of the n x n logits l{a}{b} into c{a}{b}, cell by cell: an [RB] vector a cell
+    in a gates program (H200, 4096 rows: gates 7.4 -> 6.3 us against [RB, NP, NP] tiles, two
+    cross-thread reductions a half-step), a scalar in a lone row's finish (read back from
+    memory: picked out of z by 16 masked sums, the finish took 116 us, not 9.7)."""
     out = ""
     for a in range(n):
         row = [f"l{a}{b}" for b in range(n)]
@@ -244,6 +232,8 @@ def finish_source(spec: HCPreSpec) -> str:
     store = _row_pass(y_again + scale + "tl.store(y_ptr + row * sy_row + d, "
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole)
     sums, sume = runtime_loop("s0", "0", "splits", "SB", "")
+    pick = "".join(f"l{a}{b} = tl.load(cz + {a} * scomb_i + {b})\n" for a, b in _cells(spec.n))
+    put = "".join(f"tl.store(cz + {a} * scomb_i + {b}, c{a}{b})\n" for a, b in _cells(spec.n))
     out_eps = "" if spec.out_eps is None else ",\n                OUT_EPS: tl.constexpr"
     body = f'''row = row.to(tl.int64)
 j = tl.arange(0, JP)
@@ -256,8 +246,7 @@ sb = tl.arange(0, SB)
 {sums}    s = s0 + sb
     m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + j[None, :],
                         mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
-{sume}{head}
-# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+{sume}{head}# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
                                                    tl.load(scale_ptr + 2)))
 z = m * tl.rsqrt(ss / (N * D) + NORM_EPS) * sc + tl.load(base_ptr + j, mask=j < J, other=0.0)
@@ -267,14 +256,13 @@ tl.store(post_ptr + row * spost_row + (j - N), 2.0 * sig, mask=(j >= N) & (j < 2
 # register tensors cannot be sliced: pick columns out with one-hot masked sums
 pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
 {norm_pass}{store}
-col = 2 * N + ii[:, None] * N + ii[None, :]  # [NP, NP] column of comb logit (a, b)
-valid = (ii[:, None] < N) & (ii[None, :] < N)
-hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
-logits = tl.sum(tl.where(hit, z[None, None, :], 0.0), axis=2)
-
-{_SINKHORN_TILE}tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c,
-         mask=valid)
-'''
+# the comb logits parked in the row's comb and read back as scalars: Sinkhorn cell by cell,
+# no cross-thread reductions (as [NP, NP] tiles, two a half-step)
+cz = comb_ptr + row * scomb_row
+ab = j - 2 * N
+tl.store(cz + (ab // N) * scomb_i + ab % N, z, mask=(j >= 2 * N) & (j < J))
+tl.debug_barrier()  # every thread's logits are stored before any is read
+{pick}{_sinkhorn_cells(spec.n)}{put}'''
     return f'''
 @triton.jit
 def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,

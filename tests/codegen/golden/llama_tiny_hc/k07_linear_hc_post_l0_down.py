@@ -75,7 +75,6 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
     sq = tl.zeros((BLOCK_Y,), tl.float32)
     sq += tl.sum(x * x, axis=0)
     ss = tl.sum(sq, axis=0)
-
     # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
     sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
                                                        tl.load(scale_ptr + 2)))
@@ -92,21 +91,145 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
     y = y * inv
     tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
 
-    col = 2 * N + ii[:, None] * N + ii[None, :]  # [NP, NP] column of comb logit (a, b)
-    valid = (ii[:, None] < N) & (ii[None, :] < N)
-    hit = (j[None, None, :] == col[:, :, None]) & valid[:, :, None]
-    logits = tl.sum(tl.where(hit, z[None, None, :], 0.0), axis=2)
-
-    # Sinkhorn; a finite fill keeps padded rows NaN-free (zeroed after the softmax)
-    logits = tl.where(valid, logits, -1e30)
-    e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
-    c = tl.where(valid, e / tl.sum(e, axis=1)[:, None] + HC_EPS, 0.0)
-    c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
+    # the comb logits parked in the row's comb and read back as scalars: Sinkhorn cell by cell,
+    # no cross-thread reductions (as [NP, NP] tiles, two a half-step)
+    cz = comb_ptr + row * scomb_row
+    ab = j - 2 * N
+    tl.store(cz + (ab // N) * scomb_i + ab % N, z, mask=(j >= 2 * N) & (j < J))
+    tl.debug_barrier()  # every thread's logits are stored before any is read
+    l00 = tl.load(cz + 0 * scomb_i + 0)
+    l01 = tl.load(cz + 0 * scomb_i + 1)
+    l02 = tl.load(cz + 0 * scomb_i + 2)
+    l03 = tl.load(cz + 0 * scomb_i + 3)
+    l10 = tl.load(cz + 1 * scomb_i + 0)
+    l11 = tl.load(cz + 1 * scomb_i + 1)
+    l12 = tl.load(cz + 1 * scomb_i + 2)
+    l13 = tl.load(cz + 1 * scomb_i + 3)
+    l20 = tl.load(cz + 2 * scomb_i + 0)
+    l21 = tl.load(cz + 2 * scomb_i + 1)
+    l22 = tl.load(cz + 2 * scomb_i + 2)
+    l23 = tl.load(cz + 2 * scomb_i + 3)
+    l30 = tl.load(cz + 3 * scomb_i + 0)
+    l31 = tl.load(cz + 3 * scomb_i + 1)
+    l32 = tl.load(cz + 3 * scomb_i + 2)
+    l33 = tl.load(cz + 3 * scomb_i + 3)
+    mx = tl.maximum(tl.maximum(l00, l01), tl.maximum(l02, l03))
+    e00 = tl.exp(l00 - mx)
+    e01 = tl.exp(l01 - mx)
+    e02 = tl.exp(l02 - mx)
+    e03 = tl.exp(l03 - mx)
+    sk = 1.0 / (e00 + e01 + e02 + e03)
+    c00 = e00 * sk + HC_EPS
+    c01 = e01 * sk + HC_EPS
+    c02 = e02 * sk + HC_EPS
+    c03 = e03 * sk + HC_EPS
+    mx = tl.maximum(tl.maximum(l10, l11), tl.maximum(l12, l13))
+    e10 = tl.exp(l10 - mx)
+    e11 = tl.exp(l11 - mx)
+    e12 = tl.exp(l12 - mx)
+    e13 = tl.exp(l13 - mx)
+    sk = 1.0 / (e10 + e11 + e12 + e13)
+    c10 = e10 * sk + HC_EPS
+    c11 = e11 * sk + HC_EPS
+    c12 = e12 * sk + HC_EPS
+    c13 = e13 * sk + HC_EPS
+    mx = tl.maximum(tl.maximum(l20, l21), tl.maximum(l22, l23))
+    e20 = tl.exp(l20 - mx)
+    e21 = tl.exp(l21 - mx)
+    e22 = tl.exp(l22 - mx)
+    e23 = tl.exp(l23 - mx)
+    sk = 1.0 / (e20 + e21 + e22 + e23)
+    c20 = e20 * sk + HC_EPS
+    c21 = e21 * sk + HC_EPS
+    c22 = e22 * sk + HC_EPS
+    c23 = e23 * sk + HC_EPS
+    mx = tl.maximum(tl.maximum(l30, l31), tl.maximum(l32, l33))
+    e30 = tl.exp(l30 - mx)
+    e31 = tl.exp(l31 - mx)
+    e32 = tl.exp(l32 - mx)
+    e33 = tl.exp(l33 - mx)
+    sk = 1.0 / (e30 + e31 + e32 + e33)
+    c30 = e30 * sk + HC_EPS
+    c31 = e31 * sk + HC_EPS
+    c32 = e32 * sk + HC_EPS
+    c33 = e33 * sk + HC_EPS
+    sk = 1.0 / (c00 + c10 + c20 + c30 + HC_EPS)
+    c00 = c00 * sk
+    c10 = c10 * sk
+    c20 = c20 * sk
+    c30 = c30 * sk
+    sk = 1.0 / (c01 + c11 + c21 + c31 + HC_EPS)
+    c01 = c01 * sk
+    c11 = c11 * sk
+    c21 = c21 * sk
+    c31 = c31 * sk
+    sk = 1.0 / (c02 + c12 + c22 + c32 + HC_EPS)
+    c02 = c02 * sk
+    c12 = c12 * sk
+    c22 = c22 * sk
+    c32 = c32 * sk
+    sk = 1.0 / (c03 + c13 + c23 + c33 + HC_EPS)
+    c03 = c03 * sk
+    c13 = c13 * sk
+    c23 = c23 * sk
+    c33 = c33 * sk
     for _ in range(ITERS - 1):
-        c = c / (tl.sum(c, axis=1)[:, None] + HC_EPS)
-        c = c / (tl.sum(c, axis=0)[None, :] + HC_EPS)
-    tl.store(comb_ptr + row * scomb_row + ii[:, None] * scomb_i + ii[None, :], c,
-             mask=valid)
+        sk = 1.0 / (c00 + c01 + c02 + c03 + HC_EPS)
+        c00 = c00 * sk
+        c01 = c01 * sk
+        c02 = c02 * sk
+        c03 = c03 * sk
+        sk = 1.0 / (c10 + c11 + c12 + c13 + HC_EPS)
+        c10 = c10 * sk
+        c11 = c11 * sk
+        c12 = c12 * sk
+        c13 = c13 * sk
+        sk = 1.0 / (c20 + c21 + c22 + c23 + HC_EPS)
+        c20 = c20 * sk
+        c21 = c21 * sk
+        c22 = c22 * sk
+        c23 = c23 * sk
+        sk = 1.0 / (c30 + c31 + c32 + c33 + HC_EPS)
+        c30 = c30 * sk
+        c31 = c31 * sk
+        c32 = c32 * sk
+        c33 = c33 * sk
+        sk = 1.0 / (c00 + c10 + c20 + c30 + HC_EPS)
+        c00 = c00 * sk
+        c10 = c10 * sk
+        c20 = c20 * sk
+        c30 = c30 * sk
+        sk = 1.0 / (c01 + c11 + c21 + c31 + HC_EPS)
+        c01 = c01 * sk
+        c11 = c11 * sk
+        c21 = c21 * sk
+        c31 = c31 * sk
+        sk = 1.0 / (c02 + c12 + c22 + c32 + HC_EPS)
+        c02 = c02 * sk
+        c12 = c12 * sk
+        c22 = c22 * sk
+        c32 = c32 * sk
+        sk = 1.0 / (c03 + c13 + c23 + c33 + HC_EPS)
+        c03 = c03 * sk
+        c13 = c13 * sk
+        c23 = c23 * sk
+        c33 = c33 * sk
+    tl.store(cz + 0 * scomb_i + 0, c00)
+    tl.store(cz + 0 * scomb_i + 1, c01)
+    tl.store(cz + 0 * scomb_i + 2, c02)
+    tl.store(cz + 0 * scomb_i + 3, c03)
+    tl.store(cz + 1 * scomb_i + 0, c10)
+    tl.store(cz + 1 * scomb_i + 1, c11)
+    tl.store(cz + 1 * scomb_i + 2, c12)
+    tl.store(cz + 1 * scomb_i + 3, c13)
+    tl.store(cz + 2 * scomb_i + 0, c20)
+    tl.store(cz + 2 * scomb_i + 1, c21)
+    tl.store(cz + 2 * scomb_i + 2, c22)
+    tl.store(cz + 2 * scomb_i + 3, c23)
+    tl.store(cz + 3 * scomb_i + 0, c30)
+    tl.store(cz + 3 * scomb_i + 1, c31)
+    tl.store(cz + 3 * scomb_i + 2, c32)
+    tl.store(cz + 3 * scomb_i + 3, c33)
 
 
 @triton.jit(do_not_specialize=["rows"])
