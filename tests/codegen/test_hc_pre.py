@@ -131,8 +131,10 @@ def test_wide_projection_runs_in_one_wave(rows: int) -> None:
 @pytest.mark.parametrize("out_eps", [None, 1e-5])
 @pytest.mark.parametrize("rows", [5, 40])  # the finish, the apply
 def test_hc_pre_row_in_chunks(out_eps, rows: int, monkeypatch) -> None:
-    """Rows of several finish or apply chunks (the bench widths are one or two)."""
+    """Rows of several finish or apply chunks (the bench widths are one or two), their 12
+    splits' partials summed in three rounds (the bench's take one)."""
     monkeypatch.setattr(hc_pre_emitter, "ROW_TILE", 256)
+    monkeypatch.setattr(hc_pre_emitter, "SPLIT_BLOCK", 4)
     monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", WIDE)
     spec = HCPreSpec(n=4, d=300, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
     case = Case(spec, rows, "cpu", torch.float32, strided=True, seed=7)

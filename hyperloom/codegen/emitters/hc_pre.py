@@ -44,7 +44,7 @@ PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of apply + 
 PROJ_RESIDENT = 2  # of those, programs a multiprocessor runs at once (H200: 256 ran as one wave)
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
-SPLIT_BLOCK = 64  # splits whose partials a finish sums per load
+SPLIT_BLOCK = MAX_SPLITS  # splits whose partials a finish sums per load: all in one round
 ROW_TILE = 16384  # X elements of one row a finish loads at once
 FINISH_WARPS = 16  # ROW_TILE / 512 threads = 32 registers each
 GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once

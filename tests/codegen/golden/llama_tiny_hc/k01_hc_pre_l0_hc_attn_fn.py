@@ -234,7 +234,7 @@ def k01_hc_pre_l0_hc_attn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr
         scomb_row, scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64,
         J: tl.constexpr = 24, NP: tl.constexpr = 4, JP: tl.constexpr = 32,
         BLOCK_T: tl.constexpr = 16, BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64,
-        BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 64, RB: tl.constexpr = 16,
+        BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 128, RB: tl.constexpr = 16,
         SG: tl.constexpr = 16, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
         ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
@@ -260,7 +260,7 @@ def k01_hc_pre_l0_hc_attn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
@@ -274,7 +274,7 @@ def k01_hc_pre_l0_hc_attn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, p
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
@@ -289,7 +289,7 @@ def k01_hc_pre_l0_hc_attn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
@@ -459,7 +459,7 @@ def k01_hc_pre_l0_hc_attn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 64, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible

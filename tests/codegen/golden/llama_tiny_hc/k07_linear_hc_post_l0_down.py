@@ -287,7 +287,7 @@ def k07_linear_hc_post_l0_down(
                 tl.store(count_ptr, 0)
                 _finish_row(pid_m, out_ptr, base_ptr, scale_ptr, y_ptr, spost_ptr, scomb_ptr, part_ptr, 1,
                             num_n, so_t, so_h, s_y, s_post, s_comb, s_comb_i,
-                            4, 64, 24, 4, 32, 64, 64, 1e-05, 1e-06, 20, 1e-05)
+                            4, 64, 24, 4, 32, 128, 64, 1e-05, 1e-06, 20, 1e-05)
     else:
         acc0, acc1 = _halves(acc, BLOCK_M, BLOCK_N // 2)
         acc00, acc01 = _halves(acc0, BLOCK_M, BLOCK_N // 4)
