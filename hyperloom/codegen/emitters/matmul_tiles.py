@@ -34,18 +34,17 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
     k_max = max(16, triton.next_power_of_2(spec.k))
     if rows <= GEMV_ROWS:
         # GEMV: one 16-row block (the smallest tensor-core M) holds every row, so each weight
-        # element is read once, K steps deep. A program reads the weight rows (16, 32 or 64;
-        # gate and up: half of them each) whose programs fill their waves of SMS best, the most
-        # of those that tie; about 48 to 64 KB of them in flight.
+        # element is read once, K steps deep. A program reads 32 weight rows while that is one
+        # wave of programs, else 64 (gate and up: 32 of each); about 64 KB of them in flight.
         # H200 sweep, one row, weights cold in L2 (us): qkv 6144x4096 15.1 at 64 rows and 6
-        # stages (32 rows: 15.9), o 4096x4096 12.3 at 32 rows and 8 stages (6: 12.5; 64 rows:
-        # 13.7), gate_up 2x12288x4096 50.5 at 32+32 rows and 4 stages (6: 53.9), down
-        # 4096x12288 28.6 at 32 rows and 8 stages (6: 29.6), LM head 32000x4096 64.0 at 64
-        # rows and 6 stages (32 rows: 66.4)
+        # stages (32 rows: 15.9; 16 rows, 384 programs filling 97% of three waves: 18.5), o
+        # 4096x4096 12.3 at 32 rows and 8 stages (6: 12.5; 64 rows: 13.7), gate_up
+        # 2x12288x4096 50.5 at 32+32 rows and 4 stages (6: 53.9), down 4096x12288 28.6 at 32
+        # rows and 8 stages (6: 29.6), LM head 32000x4096 64.0 at 64 rows and 6 stages (32
+        # rows: 66.4)
+        w_rows = 32 if triton.cdiv(spec.n, 32) <= SMS else 64
         swiglu = spec.epilogue == "swiglu"
-        w_rows = max((32, 64) if swiglu else (16, 32, 64),  # a dot needs 16 columns
-                     key=lambda w: (_fill(triton.cdiv(spec.n, w)), w))
-        stages = {16: 6, 32: 8, 64: 4 if swiglu else 6}[w_rows]
+        stages = 8 if w_rows == 32 else 4 if swiglu else 6
         t = Tiles(16, w_rows // 2 if swiglu else w_rows, min(128, k_max), 1, 4, stages,
                   gemv=True)
     elif rows <= 64:
@@ -59,11 +58,6 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
         if spec.epilogue in ("swiglu", "hc_post"):
             t = Tiles(128, 128, min(64, k_max), 16, 8, 3)
     return _fit_smem(spec, t, x_bytes, w_bytes)
-
-
-def _fill(programs: int) -> float:
-    """The share of the SMS-program waves that `programs` programs use."""
-    return programs / (triton.cdiv(programs, SMS) * SMS)
 
 
 def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
