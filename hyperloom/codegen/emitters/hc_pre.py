@@ -214,6 +214,12 @@ def _sinkhorn_cells(n: int) -> str:
             + _indent(loop, 4))
 
 
+def _put_cells(n: int, row: str, mask: str = "") -> str:
+    """The cells c{a}{b} stored to comb at `row` (a pointer expression), under `mask`."""
+    m = f", mask={mask}" if mask else ""
+    return "".join(f"tl.store({row} + {a} * scomb_i + {b}, c{a}{b}{m})\n" for a, b in _cells(n))
+
+
 def finish_source(spec: HCPreSpec) -> str:
     """The `_finish_row` helper (a GEMM that finishes the site it feeds includes it too)."""
     # passes over X: sum(x^2) for the stream norm, sum(y^2) for out_eps, then y
@@ -233,7 +239,6 @@ def finish_source(spec: HCPreSpec) -> str:
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole)
     sums, sume = runtime_loop("s0", "0", "splits", "SB", "")
     pick = "".join(f"l{a}{b} = tl.load(cz + {a} * scomb_i + {b})\n" for a, b in _cells(spec.n))
-    put = "".join(f"tl.store(cz + {a} * scomb_i + {b}, c{a}{b})\n" for a, b in _cells(spec.n))
     out_eps = "" if spec.out_eps is None else ",\n                OUT_EPS: tl.constexpr"
     body = f'''row = row.to(tl.int64)
 j = tl.arange(0, JP)
@@ -262,7 +267,7 @@ cz = comb_ptr + row * scomb_row
 ab = j - 2 * N
 tl.store(cz + (ab // N) * scomb_i + ab % N, z, mask=(j >= 2 * N) & (j < J))
 tl.debug_barrier()  # every thread's logits are stored before any is read
-{pick}{_sinkhorn_cells(spec.n)}{put}'''
+{pick}{_sinkhorn_cells(spec.n)}{_put_cells(spec.n, 'cz')}'''
     return f'''
 @triton.jit
 def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
@@ -283,8 +288,6 @@ def _gates_body(spec: HCPreSpec) -> str:
     n = spec.n
     pick = "".join(f"l{a}{b} = tl.load(at + {2 * n + a * n + b}, mask=tmask, other=0.0) * rc "
                    f"+ tl.load(base_ptr + {2 * n + a * n + b})\n" for a, b in _cells(n))
-    put = "".join(f"tl.store(comb_ptr + t64 * scomb_row + {a} * scomb_i + {b}, c{a}{b}, "
-                  "mask=tmask)\n" for a, b in _cells(n))
     return f'''t0 = tl.program_id(0) * RB
 flat = tl.arange(0, RB * JP)
 fmask = flat < (rows - t0) * JP
@@ -309,7 +312,7 @@ bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
 post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
 tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
 rc = r * tl.load(scale_ptr + 2)
-{pick}{_sinkhorn_cells(spec.n)}{put}'''
+{pick}{_sinkhorn_cells(spec.n)}{_put_cells(n, 'comb_ptr + t64 * scomb_row', 'tmask')}'''
 
 
 def _apply_body(spec: HCPreSpec) -> str:
