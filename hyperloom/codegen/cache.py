@@ -13,6 +13,10 @@ import importlib.util
 import os
 import re
 import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import torch
@@ -76,7 +80,7 @@ def load(source: str, name: str, device: torch.device | str, base: str | None = 
     sys.modules[mod_name] = module
     spec.loader.exec_module(module)
     kernel = getattr(module, name)
-    _LOADED[mod_name] = EarlyLaunch(kernel) if PDL_WAIT in _body(source, name) else kernel
+    _LOADED[mod_name] = Loaded(kernel, PDL_WAIT in _body(source, name))
     return _LOADED[mod_name]
 
 
@@ -87,17 +91,38 @@ def _body(source: str, name: str) -> str:
     return source[start:] if end < 0 else source[start:end]
 
 
-class EarlyLaunch:
-    """A kernel whose body waits for its predecessor grid (`text.pdl`): every launch carries
-    the programmatic-dependent-launch attribute, so it starts while that grid still runs.
-    Only a kernel that waits gets it: the attribute on one that does not would race."""
+class Loaded:
+    """A loaded kernel. `pdl`: its body waits for its predecessor grid (`text.pdl`), so every
+    launch carries the programmatic-dependent-launch attribute and starts while that grid still
+    runs (only a kernel that waits may: on one that does not the attribute would race). Inside
+    `compile_ahead` a launch compiles the kernel for its arguments and runs nothing."""
 
-    def __init__(self, kernel) -> None:
-        self.kernel = kernel
+    def __init__(self, kernel, pdl: bool) -> None:
+        self.kernel, self.pdl = kernel, pdl
 
     def __getitem__(self, grid):
+        extra = {"launch_pdl": True} if self.pdl else {}
+        if _AHEAD.get():
+            return lambda *args, **kwargs: self.kernel.warmup(*args, grid=grid, **extra,
+                                                              **kwargs)
         run = self.kernel[grid]
-        return lambda *args, **kwargs: run(*args, launch_pdl=True, **kwargs)
+        return lambda *args, **kwargs: run(*args, **extra, **kwargs)
 
     def __getattr__(self, name: str):
         return getattr(self.kernel, name)
+
+
+_AHEAD: ContextVar[bool] = ContextVar("hyperloom_compile_ahead", default=False)
+
+
+@contextmanager
+def compile_ahead(threads: int) -> Iterator[None]:
+    """Launches of loaded kernels inside compile them on `threads` threads (Triton's
+    AsyncCompileMode) and run nothing; on exit every compile has finished, into the kernels'
+    own caches, so the real launches that follow find them."""
+    with ThreadPoolExecutor(threads) as pool, triton.AsyncCompileMode(pool):
+        token = _AHEAD.set(True)
+        try:
+            yield
+        finally:
+            _AHEAD.reset(token)

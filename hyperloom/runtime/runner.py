@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import torch
 
+from hyperloom.codegen.cache import compile_ahead
+from hyperloom.config import CONFIG
 from hyperloom.runtime.program import Program
 
 
@@ -27,6 +29,7 @@ class Runner:
         self.use_cuda_graphs = program.device.type == "cuda" and program.capturable
         self.recorded: dict[int, Callable[[], None]] = {}
         self._pool = None
+        self._ahead = not self.use_cuda_graphs or CONFIG.compile_threads < 1
         self.replays = 0  # steps served from a recording (tests assert on it)
 
     def bucket(self, rows: int) -> int | None:
@@ -35,6 +38,7 @@ class Runner:
     def run(self, rows: int, seq_rows: int) -> int:
         """Launch a step whose inputs are already in the program's row buffers; returns the
         padded row count that ran. Decode-shaped steps (one row per sequence) are replayed."""
+        self._compile_ahead(rows, seq_rows)
         bucket = self.bucket(rows) if seq_rows == 1 else None
         if bucket is None:
             for f in self.program.record(rows, seq_rows):
@@ -46,6 +50,19 @@ class Runner:
         self.recorded[bucket]()
         self.replays += 1
         return bucket
+
+    def _compile_ahead(self, rows: int, seq_rows: int) -> None:
+        """Before the first step on a GPU: the kernels of this step and of a one-row decode step
+        compile together on CONFIG.compile_threads threads (`cache.compile_ahead`), not one by
+        one at their first launches. Later steps of new shapes compile as they launch."""
+        if self._ahead:
+            return
+        self._ahead = True
+        if seq_rows == 1:  # a decode step runs as its bucket
+            rows = self.bucket(rows) or rows
+        with compile_ahead(CONFIG.compile_threads):
+            for f in self.program.record(rows, seq_rows) + self.program.record(self.buckets[0], 1):
+                f()
 
     def _pad(self, rows: int, bucket: int) -> None:
         """Padding rows write no state: slot -1 (kernels and state writes skip them)."""

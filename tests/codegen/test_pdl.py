@@ -89,10 +89,13 @@ class _Kernel:
 
 def test_early_launch_adds_the_attribute_and_forwards_everything_else():
     k = _Kernel(f"def f(x):\n    {PDL_WAIT}\n")
-    early = cache.EarlyLaunch(k)
+    early = cache.Loaded(k, pdl=True)
     early[(3, 1)](1, 2, num_warps=4)
     assert k.calls == [((3, 1), (1, 2), {"num_warps": 4, "launch_pdl": True})]
     assert early.src is k.src
+    plain = cache.Loaded(_Kernel("def f(x):\n    pass\n"), pdl=False)
+    plain[(2,)](5)
+    assert plain.kernel.calls == [((2,), (5,), {})]
 
 
 def test_the_loader_launches_early_exactly_the_kernels_that_wait(tmp_path):
@@ -101,5 +104,5 @@ def test_the_loader_launches_early_exactly_the_kernels_that_wait(tmp_path):
     plain = "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef kp(x):\n" \
             "    tl.store(x, 1)\n"
     with overrides(kernel_cache_dir=str(tmp_path)):
-        assert isinstance(cache.load(waits, "kw", "cpu"), cache.EarlyLaunch)
-        assert not isinstance(cache.load(plain, "kp", "cpu"), cache.EarlyLaunch)
+        assert cache.load(waits, "kw", "cpu").pdl
+        assert not cache.load(plain, "kp", "cpu").pdl
