@@ -99,9 +99,10 @@ class Loaded:
 
     def __init__(self, kernel, pdl: bool) -> None:
         self.kernel, self.pdl = kernel, pdl
+        self._extra = {"launch_pdl": True} if pdl else {}  # every launch's added keywords
 
     def __getitem__(self, grid):
-        extra = {"launch_pdl": True} if self.pdl else {}
+        extra = self._extra
         if _AHEAD.get():
             return lambda *args, **kwargs: self.kernel.warmup(*args, grid=grid, **extra,
                                                               **kwargs)

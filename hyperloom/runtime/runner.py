@@ -60,9 +60,11 @@ class Runner:
         self._ahead = True
         if seq_rows == 1:  # a decode step runs as its bucket
             rows = self.bucket(rows) or rows
+        shapes = {(rows, seq_rows), (self.buckets[0], 1)}  # one pass if this step is that one
         with compile_ahead(CONFIG.compile_threads):
-            for f in self.program.record(rows, seq_rows) + self.program.record(self.buckets[0], 1):
-                f()
+            for shape in shapes:
+                for f in self.program.record(*shape):
+                    f()
 
     def _pad(self, rows: int, bucket: int) -> None:
         """Padding rows write no state: slot -1 (kernels and state writes skip them)."""
