@@ -184,6 +184,20 @@ def test_experts_wide_tiles_and_many_route_chunks(monkeypatch) -> None:
     assert_close(got, _want(spec, inputs), torch.float32, "experts, 128-row tiles")
 
 
+def test_experts_part_filled_tiles_take_fewer_rows() -> None:
+    """128-row tiles whose experts hold 20, 50, 100 and 170 rows: the row heights BM / 4, BM / 2,
+    BM, and a full tile followed by a 42-row one, each checked against the reference."""
+    spec = ExpertsSpec(4, 32, 16, 1, 10.0)
+    inputs = list(_experts_inputs(spec, 340, seed=5))
+    counts = torch.tensor([20, 50, 100, 170])
+    ids = torch.repeat_interleave(torch.arange(4), counts)
+    inputs[2] = ids[torch.randperm(340, generator=torch.Generator().manual_seed(6))][:, None]
+    inputs[2] = inputs[2].int()
+    assert moe_experts.tiles(spec, 340).bm == 128
+    got = _experts(spec, 340, tuple(inputs), None)
+    assert_close(got, _want(spec, tuple(inputs)), torch.float32, "experts, part-filled tiles")
+
+
 @pytest.mark.parametrize("rows", [1, 16, 600, 1024, 4096, 16384])
 @pytest.mark.parametrize("itemsize", [2, 4])
 def test_pipelined_tiles_fit_their_shared_memory(rows: int, itemsize: int) -> None:

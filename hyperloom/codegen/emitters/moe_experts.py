@@ -45,6 +45,7 @@ COMBINE_BLOCK = 1024
 # tokens, gate_up + down 2824 + 1516 us at 3 stages (144 KB) -> 2719 + 1371 at 4 (BENCHMARKS);
 # 16-bit operands only (fp32 tiles keep SMEM_BYTES: their epilogue scratch is twice as large)
 PREFILL_SMEM = 192 * 1024
+SUB_ROWS = 32  # the fewest rows a part-filled tensor-core tile computes (BM / 2, BM / 4)
 ROUTE_BLOCKS = (128, MOE_ROUTE_PAIRS)  # pairs the route kernel sorts at a time: fewest, most
 
 
@@ -86,11 +87,17 @@ def _expert_of(ids_ptr, skip_ptr, p, pairs, si, ss, K: tl.constexpr, E: tl.const
 
 
 @triton.jit
-def _tile_rows(meta_ptr, order_ptr, e, pid_m, BM: tl.constexpr, EB: tl.constexpr):
-    """Sorted positions, their mask and pair ids of row tile pid_m (of expert e)."""
+def _tile_live(meta_ptr, e, pid_m, BM: tl.constexpr, EB: tl.constexpr):
+    """(rows of expert e before row tile pid_m, rows of the expert)."""
     count = tl.load(meta_ptr + e)
     first = tl.load(meta_ptr + 2 * EB + e) - (count + BM - 1) // BM
-    r = (pid_m - first) * BM + tl.arange(0, BM)
+    return (pid_m - first) * BM, count
+
+
+@triton.jit
+def _tile_rows(meta_ptr, order_ptr, e, r0, count, BMX: tl.constexpr, EB: tl.constexpr):
+    """Sorted positions, their mask and pair ids of BMX rows from the expert's row r0."""
+    r = r0 + tl.arange(0, BMX)
     ok = r < count
     pos = tl.load(meta_ptr + EB + e) + r
     pair = tl.load(order_ptr + pos, mask=ok, other=0)
@@ -166,7 +173,10 @@ def {name}_route(ids_ptr, skip_ptr, counts_ptr, order_ptr, meta_ptr, pairs, chun
 
 
 def _grouped(name: str, spec: ExpertsSpec, kind: str) -> str:
-    """The grouped GEMM of gate_up (x rows -> h rows, swiglu) or down (h rows -> part rows)."""
+    """The grouped GEMM of gate_up (x rows -> h rows, swiglu) or down (h rows -> part rows):
+    `{name}_{kind}_rows` computes BMX rows of a tile; the kernel picks BMX, the fewest of BM,
+    BM / 2, BM / 4 (at least SUB_ROWS) that hold the tile's live rows, so an expert's last,
+    part-filled tile does not pay a whole tile's products."""
     up = kind == "gate_up"
     n, k = (spec.inter, spec.hidden) if up else (spec.hidden, spec.inter)
     params = "x_ptr, wg_ptr, wu_ptr, h_ptr" if up else "h_ptr, wd_ptr, wt_ptr, part_ptr"
@@ -177,19 +187,16 @@ def _grouped(name: str, spec: ExpertsSpec, kind: str) -> str:
     loads = "".join(f"        b{i} = tl.load({w} + w_off + k0 * N, mask=b_ok, other=0.0)\n"
                     f"        {acc} = {_dot('a', f'b{i}', acc)}\n"
                     for i, (acc, w) in enumerate(weights))
-    zeros = "".join(f"    {acc} = tl.zeros([BM, BN], dtype=tl.float32)\n" for acc, _ in weights)
+    zeros = "".join(f"    {acc} = tl.zeros([BMX, BN], dtype=tl.float32)\n" for acc, _ in weights)
+    consts = (f"E: tl.constexpr = {spec.experts}, EB: tl.constexpr = {spec.bins}, "
+              f"K: tl.constexpr = {spec.top_k}, N: tl.constexpr = {n}, KD: tl.constexpr = {k}, "
+              f"R: tl.constexpr = {pack_run(k)}")
+    call = f"{name}_{kind}_rows({params}, order_ptr, meta_ptr, e, r0, count, pid_n, {stride}"
     return f'''
-@triton.jit(do_not_specialize=["tiles_ub"])
-def {name}_{kind}({params}, order_ptr, meta_ptr, tiles_ub, {stride}, BM: tl.constexpr,
-        BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-        E: tl.constexpr = {spec.experts}, EB: tl.constexpr = {spec.bins},
-        K: tl.constexpr = {spec.top_k}, N: tl.constexpr = {n}, KD: tl.constexpr = {k},
-        R: tl.constexpr = {pack_run(k)}):
-{pdl("    ")}    pid_m, pid_n = _tile_of(tl.program_id(0), tiles_ub, tl.cdiv(N, BN), GROUP_M)
-    e = _expert_at(meta_ptr, pid_m, EB)
-    if e >= E:  # past the step's last tile
-        return
-    pos, m_ok, pair = _tile_rows(meta_ptr, order_ptr, e, pid_m, BM, EB)
+@triton.jit
+def {name}_{kind}_rows({params}, order_ptr, meta_ptr, e, r0, count, pid_n, {stride},
+        BMX: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, {consts}):
+    pos, m_ok, pair = _tile_rows(meta_ptr, order_ptr, e, r0, count, BMX, EB)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     n_ok = rn < N
@@ -203,7 +210,33 @@ def {name}_{kind}({params}, order_ptr, meta_ptr, tiles_ub, {stride}, BM: tl.cons
         b_ok = k_ok[:, None] & n_ok[None, :]
         a = tl.load(a_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
 {loads}    o_ok = m_ok[:, None] & n_ok[None, :]
-{_gate_up_epilogue(spec) if up else _down_epilogue()}'''
+{_gate_up_epilogue(spec) if up else _down_epilogue()}
+
+@triton.jit(do_not_specialize=["tiles_ub"])
+def {name}_{kind}({params}, order_ptr, meta_ptr, tiles_ub, {stride}, BM: tl.constexpr,
+        BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+        SUB: tl.constexpr = {SUB_ROWS}, {consts}):
+{pdl("    ")}    pid_m, pid_n = _tile_of(tl.program_id(0), tiles_ub, tl.cdiv(N, BN), GROUP_M)
+    e = _expert_at(meta_ptr, pid_m, EB)
+    if e >= E:  # past the step's last tile
+        return
+    r0, count = _tile_live(meta_ptr, e, pid_m, BM, EB)
+    live = count - r0
+    if BM // 4 >= SUB:
+        if live <= BM // 4:
+            {call}, BM // 4, BN, BK)
+        elif live <= BM // 2:
+            {call}, BM // 2, BN, BK)
+        else:
+            {call}, BM, BN, BK)
+    elif BM // 2 >= SUB:
+        if live <= BM // 2:
+            {call}, BM // 2, BN, BK)
+        else:
+            {call}, BM, BN, BK)
+    else:
+        {call}, BM, BN, BK)
+'''
 
 
 def _gate_up_epilogue(spec: ExpertsSpec) -> str:
