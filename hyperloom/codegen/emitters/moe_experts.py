@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.matmul_tiles import SMEM_BYTES, fit_smem
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
@@ -60,7 +60,7 @@ class ExpertsSpec:
     @property
     def bins(self) -> int:
         """Histogram bins: the experts and one for pairs that are not computed."""
-        return triton.next_power_of_2(self.experts + 1)
+        return next_power_of_2(self.experts + 1)
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
@@ -174,7 +174,7 @@ def {name}_route(ids_ptr, skip_ptr, counts_ptr, order_ptr, meta_ptr, pairs, chun
 
 def _grouped(name: str, spec: ExpertsSpec, kind: str) -> str:
     """The grouped GEMM of gate_up (x rows -> h rows, swiglu) or down (h rows -> part rows):
-    `{name}_{kind}_rows` computes BMX rows of a tile; the kernel picks BMX, the fewest of BM,
+    `_{kind}_rows` computes BMX rows of a tile; the kernel picks BMX, the fewest of BM,
     BM / 2, BM / 4 (at least SUB_ROWS) that hold the tile's live rows, so an expert's last,
     part-filled tile does not pay a whole tile's products."""
     up = kind == "gate_up"
@@ -191,10 +191,10 @@ def _grouped(name: str, spec: ExpertsSpec, kind: str) -> str:
     consts = (f"E: tl.constexpr = {spec.experts}, EB: tl.constexpr = {spec.bins}, "
               f"K: tl.constexpr = {spec.top_k}, N: tl.constexpr = {n}, KD: tl.constexpr = {k}, "
               f"R: tl.constexpr = {pack_run(k)}")
-    call = f"{name}_{kind}_rows({params}, order_ptr, meta_ptr, e, r0, count, pid_n, {stride}"
+    call = f"_{kind}_rows({params}, order_ptr, meta_ptr, e, r0, count, pid_n, {stride}"
     return f'''
 @triton.jit
-def {name}_{kind}_rows({params}, order_ptr, meta_ptr, e, r0, count, pid_n, {stride},
+def _{kind}_rows({params}, order_ptr, meta_ptr, e, r0, count, pid_n, {stride},
         BMX: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, {consts}):
     pos, m_ok, pair = _tile_rows(meta_ptr, order_ptr, e, r0, count, BMX, EB)
     rn = pid_n * BN + tl.arange(0, BN)
@@ -313,7 +313,7 @@ def tiles(spec: ExpertsSpec, rows: int, gemv: bool | None = None, x_bytes: int =
     else:  # 32-bit operands: half the columns, so 64-deep K steps fit twice
         t = Tiles(128, 64, 128, 64, 8, 8, 4)
     run = max(pack_run(spec.hidden), pack_run(spec.inter))  # K steps hold whole packed runs
-    bk = min(t.bk, max(16, run, triton.next_power_of_2(min(spec.hidden, spec.inter))))
+    bk = min(t.bk, max(16, run, next_power_of_2(min(spec.hidden, spec.inter))))
     stages, bk = fit_smem(t.stages, bk, t.bm * x_bytes + max(2 * t.bn, t.bn_down) * w_bytes,
                           smem_budget(t.bm, x_bytes, w_bytes), least_bk=run)
     return Tiles(t.bm, t.bn, t.bn_down, bk, t.group_m, t.warps, stages)
@@ -339,11 +339,11 @@ class Work:
 
 def _route_block(pairs: int) -> int:
     lo, hi = ROUTE_BLOCKS
-    return max(lo, min(hi, triton.next_power_of_2(pairs)))
+    return max(lo, min(hi, next_power_of_2(pairs)))
 
 
 def _chunks(pairs: int) -> int:
-    return triton.cdiv(pairs, _route_block(pairs))
+    return cdiv(pairs, _route_block(pairs))
 
 
 def scratch(spec: ExpertsSpec, rows: int, dtype: torch.dtype, device) -> Work:
@@ -396,16 +396,16 @@ def launch(kernels, spec: ExpertsSpec, *, x: torch.Tensor, weights: torch.Tensor
     route[(chunks,)](ids, skip, work.counts, work.order, work.meta, pairs, chunks,
                      ids.stride(0), skip.stride(0), BM=t.bm, **rmeta)
     # each expert holds at most `rows` pairs: tiles <= cdiv(pairs, BM) + one partial per expert
-    ub = min(triton.cdiv(pairs, t.bm) + min(spec.experts, pairs),
-             spec.experts * triton.cdiv(rows, t.bm))
+    ub = min(cdiv(pairs, t.bm) + min(spec.experts, pairs),
+             spec.experts * cdiv(rows, t.bm))
     meta = dict(BM=t.bm, BK=t.bk, GROUP_M=t.group_m, num_warps=t.warps, num_stages=t.stages)
-    gate_up[(ub * triton.cdiv(spec.inter, t.bn),)](
+    gate_up[(ub * cdiv(spec.inter, t.bn),)](
         x, wg, wu, work.h, work.order, work.meta, ub, x.stride(0), BN=t.bn, **meta)
-    down[(ub * triton.cdiv(spec.hidden, t.bn_down),)](
+    down[(ub * cdiv(spec.hidden, t.bn_down),)](
         work.h, wd, weights, work.part, work.order, work.meta, ub, weights.stride(0),
         BN=t.bn_down, **meta)
     block = COMBINE_BLOCK // 4 if rows <= GEMV_ROWS else COMBINE_BLOCK  # more programs
-    bh = min(block, triton.next_power_of_2(spec.hidden))
-    combine[(rows, triton.cdiv(spec.hidden, bh))](
+    bh = min(block, next_power_of_2(spec.hidden))
+    combine[(rows, cdiv(spec.hidden, bh))](
         work.part, ids, skip, out, ids.stride(0), skip.stride(0), out.stride(0), BH=bh,
         HAS_SKIP=has_skip, num_warps=4)
