@@ -35,8 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
@@ -115,7 +115,7 @@ def _rope_row(ptr, dc, dmask, cos, sin, HALF: tl.constexpr, ROPE: tl.constexpr):
 
 def _dp(spec: AttentionSpec) -> int:
     """head_dim padded to a power of two >= 16 (tl.dot's smallest K)."""
-    return max(16, triton.next_power_of_2(spec.head_dim))
+    return max(16, next_power_of_2(spec.head_dim))
 
 
 def _rope_kv_source(name: str, spec: AttentionSpec) -> str:
@@ -135,8 +135,8 @@ def {name}(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, inv_ptr, qo_ptr, kc_ptr, vc_p
         sq, sk, sv, sqo, kc_s0, kc_s1, kc_s2, vc_s0, vc_s1, vc_s2, capacity,{table}
         H: tl.constexpr = {spec.heads}, HKV: tl.constexpr = {spec.kv_heads},
         HD: tl.constexpr = {spec.head_dim}, HALF: tl.constexpr = {spec.head_dim // 2},
-        HP: tl.constexpr = {triton.next_power_of_2(spec.heads)},
-        HKVP: tl.constexpr = {triton.next_power_of_2(spec.kv_heads)},
+        HP: tl.constexpr = {next_power_of_2(spec.heads)},
+        HKVP: tl.constexpr = {next_power_of_2(spec.kv_heads)},
         DP: tl.constexpr = {_dp(spec)}, ROPE: tl.constexpr = {spec.rope}{page}):
 {pdl("    ")}    row = tl.program_id(0).to(tl.int64)
     p = tl.load(pos_ptr + row)
@@ -470,11 +470,11 @@ def launch_rope_kv(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Ten
 
 def tiling(spec: AttentionSpec, seq_rows: int) -> tuple[int, int]:
     """(BLOCK_M rows, GP padded group heads) per program; BLOCK_M * GP >= 16 for tl.dot."""
-    gp = triton.next_power_of_2(spec.heads // spec.kv_heads)
+    gp = next_power_of_2(spec.heads // spec.kv_heads)
     if seq_rows <= 1:
         return 1, max(16, gp)
-    block_m = max(1, min(PREFILL_M // gp, triton.next_power_of_2(seq_rows)))
-    return block_m, max(gp, triton.cdiv(16, block_m))
+    block_m = max(1, min(PREFILL_M // gp, next_power_of_2(seq_rows)))
+    return block_m, max(gp, cdiv(16, block_m))
 
 
 def launch_attend(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torch.Tensor,
@@ -487,7 +487,7 @@ def launch_attend(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torc
         return
     _check(q=q, k_cache=k_cache, v_cache=v_cache, o=o)
     block_m, gp = tiling(spec, seq_rows)
-    kernel[(triton.cdiv(rows, block_m), spec.kv_heads)](
+    kernel[(cdiv(rows, block_m), spec.kv_heads)](
         q, k_cache, v_cache, pos, slot, o, rows, q.stride(0), o.stride(0),
         *k_cache.stride()[:3], *v_cache.stride()[:3], *table, BLOCK_M=block_m, GP=gp,
         num_warps=4, num_stages=PREFILL_STAGES if seq_rows > 1 else 3)
@@ -495,7 +495,7 @@ def launch_attend(kernel, spec: AttentionSpec, *, q: torch.Tensor, k_cache: torc
 
 def splits(capacity: int, max_splits: int = MAX_SPLITS) -> int:
     """Key-range splits of a decode launch on a cache of `capacity` positions per slot."""
-    return max(1, min(max_splits, triton.cdiv(capacity, SPLIT_N)))
+    return max(1, min(max_splits, cdiv(capacity, SPLIT_N)))
 
 
 def capacity(spec: AttentionSpec, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -540,13 +540,13 @@ def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tenso
                     "allocates it")
     # fewer splits when rows x kv heads already fill the GPU (the partials stay packed per
     # launch: the kernel indexes them by its own split count)
-    n = min(n, max(1, triton.cdiv(4 * SMS, rows * spec.kv_heads)))
+    n = min(n, max(1, cdiv(4 * SMS, rows * spec.kv_heads)))
     inv = inv_freq if spec.rope else pos  # never read without RoPE
     kernel[(rows, spec.kv_heads, n)](q, k, v, inv, k_cache, v_cache, pos, slot, o, acc, ml,
                                      count, q.stride(0), k.stride(0), v.stride(0), o.stride(0),
                                      *k_cache.stride()[:3], *v_cache.stride()[:3], capacity,
                                      *table,
-                                     SP=triton.next_power_of_2(n), num_warps=SPLIT_WARPS,
+                                     SP=next_power_of_2(n), num_warps=SPLIT_WARPS,
                                      num_stages=SPLIT_STAGES)
 
 

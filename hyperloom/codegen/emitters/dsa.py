@@ -38,9 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from hyperloom.codegen.emitters import paging
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
@@ -82,7 +82,7 @@ def kernel_names(name: str) -> tuple[str, ...]:
 
 def segments(pools: int) -> int:
     """Segments of the selection over a cache of `pools` pools (0: one program a row)."""
-    return triton.cdiv(pools, SEG) if pools > SMALL_POOLS else 0
+    return cdiv(pools, SEG) if pools > SMALL_POOLS else 0
 
 
 def launches(pools: int) -> int:
@@ -105,9 +105,9 @@ def _pool_rows(cur_ptr, sc_, kc_row, t, here, cached):
 @triton.jit
 def {name}(ki_ptr, g_ptr, ape_ptr, slot_ptr, pos_ptr, kc_ptr, pc_ptr, ski, sg, kc_s0, kc_s1,
         pc_s0, pc_s1, capacity,{table} D: tl.constexpr = {spec.head_dim},
-        DP: tl.constexpr = {triton.next_power_of_2(spec.head_dim)},
+        DP: tl.constexpr = {next_power_of_2(spec.head_dim)},
         P: tl.constexpr = {spec.kpool},
-        PP: tl.constexpr = {triton.next_power_of_2(spec.kpool)}{page}):
+        PP: tl.constexpr = {next_power_of_2(spec.kpool)}{page}):
 {pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     s = tl.load(slot_ptr + r).to(tl.int64)
     p = tl.load(pos_ptr + r).to(tl.int64)
@@ -145,7 +145,7 @@ def {name}(ki_ptr, g_ptr, ape_ptr, slot_ptr, pos_ptr, kc_ptr, pc_ptr, ski, sg, k
 
 def _p2(n: int) -> int:
     """A tl.dot dimension: a power of two, at least 16."""
-    return max(16, triton.next_power_of_2(n))
+    return max(16, next_power_of_2(n))
 
 
 def _score_source(name: str, spec: DSASpec) -> str:
@@ -336,11 +336,11 @@ def _keys_source() -> str:
 
 
 def _select_source(name: str, spec: DSASpec) -> str:
-    p, pp = spec.kpool, triton.next_power_of_2(spec.kpool)
+    p, pp = spec.kpool, next_power_of_2(spec.kpool)
     consts = (f"K: tl.constexpr = {spec.topk // p}, P: tl.constexpr = {p}, "
               f"PP: tl.constexpr = {pp}, TOPK: tl.constexpr = {spec.topk},\n        "
               f"TAIL: tl.constexpr = {spec.select_tail and p > 1}, "
-              f"FILL: tl.constexpr = {min(1024, triton.next_power_of_2(spec.topk))}, "
+              f"FILL: tl.constexpr = {min(1024, next_power_of_2(spec.topk))}, "
               f"SEG: tl.constexpr = {SEG}, TOP: tl.constexpr = {TOP}, "
               f"NB: tl.constexpr = {1 << TOP}")
     visible = pdl("    ") + '''    r = tl.program_id(0).to(tl.int64)
@@ -438,7 +438,7 @@ def score_blocks(rows: int, pools: int) -> int:
     programs, else the power of two (at most MAX_IT) that brings them near it (the row's query
     is loaded once a program, the blocks' keys stream through a pipelined loop)."""
     it = 1
-    while it < MAX_IT and rows * triton.cdiv(pools, BP * it * 2) >= SCORE_PROGRAMS:
+    while it < MAX_IT and rows * cdiv(pools, BP * it * 2) >= SCORE_PROGRAMS:
         it *= 2
     return it
 
@@ -551,7 +551,7 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
                   *table, num_warps=WARPS)
     count = segments(pools) > 0  # the segmented select's histogram, as the scores are written
     it = score_blocks(rows, pools)
-    score[(rows, triton.cdiv(max(1, pools), BP * it))](
+    score[(rows, cdiv(max(1, pools), BP * it))](
         qi, w, slot, pos, pooled, work.scores, work.hist, qi.stride(0), w.stride(0),
         pooled.stride(0), pooled.stride(1), work.scores.stride(0), pools, int(count), IT=it,
         num_warps=WARPS)

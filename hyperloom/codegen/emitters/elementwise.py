@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass
 
 import torch
-import triton
 
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.text import comment, pdl
 
 KINDS = ("add", "concat", "cast", "head_mean")
@@ -43,11 +43,11 @@ class ElementwiseSpec:
 
 
 def _streams_block(spec: ElementwiseSpec) -> int:
-    return triton.next_power_of_2(spec.streams)
+    return next_power_of_2(spec.streams)
 
 
 def _block(spec: ElementwiseSpec) -> int:
-    return max(1, min(BLOCK // _streams_block(spec), triton.next_power_of_2(spec.width)))
+    return max(1, min(BLOCK // _streams_block(spec), next_power_of_2(spec.width)))
 
 
 def _add(name: str, spec: ElementwiseSpec) -> str:
@@ -133,7 +133,7 @@ def launch(kernel, spec: ElementwiseSpec, *, out: torch.Tensor, rows: int,
             or (x is not None and a is None and b is None) == pair:
         raise ValueError(f"elementwise {spec.kind}: add and concat take a and b, cast and "
                          f"head_mean take x")
-    grid = (rows, triton.cdiv(spec.width, _block(spec)))
+    grid = (rows, cdiv(spec.width, _block(spec)))
     if spec.kind == "concat":
         _rows_of("a", a, rows, (spec.split,))
         _rows_of("b", b, rows, (spec.width - spec.split,))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.errors import require
 
@@ -25,7 +25,7 @@ class EmbeddingSpec:
 
 
 def _block_d(d: int) -> int:
-    return min(1024, triton.next_power_of_2(d))
+    return min(1024, next_power_of_2(d))
 
 
 def source(name: str, spec: EmbeddingSpec, header: str = "") -> str:
@@ -60,5 +60,5 @@ def launch(kernel, spec: EmbeddingSpec, *, ids: torch.Tensor, table: torch.Tenso
             lambda: f"embedding table {tuple(table.shape)}, out {tuple(out.shape)}: contiguous "
                     f"last dims, got strides {table.stride()} and {out.stride()}")
     stream_stride = out.stride(1) if out.dim() == 3 else 0
-    kernel[(rows, triton.cdiv(spec.d, _block_d(spec.d)))](
+    kernel[(rows, cdiv(spec.d, _block_d(spec.d)))](
         ids, table, out, table.shape[0], table.stride(0), out.stride(0), stream_stride)

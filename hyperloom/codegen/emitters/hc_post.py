@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.errors import require_shape
 
@@ -32,7 +32,7 @@ class HCPostSpec:
 
 
 def _block(spec: HCPostSpec) -> int:
-    return min(BLOCK_D, triton.next_power_of_2(spec.d))
+    return min(BLOCK_D, next_power_of_2(spec.d))
 
 
 def source(name: str, spec: HCPostSpec, header: str = "") -> str:
@@ -45,7 +45,7 @@ def kernel_source(name: str, spec: HCPostSpec) -> str:
     return f'''@triton.jit
 def {name}(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf, sx_row, sx_i, spost, scomb_row,
         scomb_i, so_row, so_i, N: tl.constexpr = {spec.n},
-        NP: tl.constexpr = {triton.next_power_of_2(spec.n)}, D: tl.constexpr = {spec.d},
+        NP: tl.constexpr = {next_power_of_2(spec.n)}, D: tl.constexpr = {spec.d},
         BLOCK_D: tl.constexpr = {_block(spec)}):
 {pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -77,6 +77,6 @@ def launch(kernel, spec: HCPostSpec, *, f: torch.Tensor, x: torch.Tensor, post: 
             raise ValueError(f"hc_post {name}: float32, got {t.dtype}")
     if rows == 0:
         return
-    kernel[(rows, triton.cdiv(d, _block(spec)))](
+    kernel[(rows, cdiv(d, _block(spec)))](
         f, x, post, comb, out, f.stride(0), x.stride(0), x.stride(1), post.stride(0),
         comb.stride(0), comb.stride(1), out.stride(0), out.stride(1), num_warps=WARPS)

@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl, wrap
 from hyperloom.config import CONFIG
@@ -87,13 +87,13 @@ def _indent(text: str, by: int) -> str:
 
 
 def _blocks(spec: HCPreSpec) -> dict[str, int]:
-    d2 = triton.next_power_of_2(spec.d)
-    np2 = triton.next_power_of_2(spec.n)
+    d2 = next_power_of_2(spec.d)
+    np2 = next_power_of_2(spec.n)
     j = (2 + spec.n) * spec.n  # projections: n pre, n post, n*n comb logits
     return {
         "J": j,
         "NP": np2,
-        "JP": max(16, triton.next_power_of_2(j + 1)),  # column J: sum(x^2); tl.dot N >= 16
+        "JP": max(16, next_power_of_2(j + 1)),  # column J: sum(x^2); tl.dot N >= 16
         "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_Y": max(16, min(ROW_TILE // np2, d2)),  # X columns a finish loads at once
     }
@@ -417,9 +417,9 @@ def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]
     second, partial wave would leave most multiprocessors idle while it runs)."""
     wide = rows > WIDE_ROWS and not fused
     block = PROJ_ROWS if wide else BLOCK_T
-    blocks = triton.cdiv(rows, block)
-    k_blocks = spec.n * triton.cdiv(spec.d, _blocks(spec)["BLOCK_K"])
-    programs = PROJ_RESIDENT * SMS // blocks if wide else triton.cdiv(4 * SMS, blocks)
+    blocks = cdiv(rows, block)
+    k_blocks = spec.n * cdiv(spec.d, _blocks(spec)["BLOCK_K"])
+    programs = PROJ_RESIDENT * SMS // blocks if wide else cdiv(4 * SMS, blocks)
     return block, blocks, blocks * block, max(1, min(k_blocks, MAX_SPLITS, programs))
 
 
@@ -431,7 +431,7 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
                for r in range(1, max_rows + 1, BLOCK_T) for fused in (True, False)
                for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
     return (torch.empty(part, dtype=torch.float32, device=device),
-            torch.zeros(triton.cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
+            torch.zeros(cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
 
 def _check(spec: HCPreSpec, rows: int, **tensors: torch.Tensor) -> None:
@@ -464,7 +464,7 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
             lambda: f"hc_pre scratch for {rows} rows: partials >= {need} and counters >= "
                     f"{row_blocks}, got {part.numel()} and {count.numel()} (scratch(spec, "
                     f">= {rows}) allocates them)")
-    kb_split = triton.cdiv(spec.n * triton.cdiv(spec.d, b["BLOCK_K"]), nsplit)
+    kb_split = cdiv(spec.n * cdiv(spec.d, b["BLOCK_K"]), nsplit)
     args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
             x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),
             comb.stride(1))
@@ -476,4 +476,4 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
         finish[(rows,)](*args, num_warps=FINISH_WARPS)
         return
     apply[(rows,)](*args, num_warps=APPLY_WARPS)
-    gates[(triton.cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)
+    gates[(cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.text import comment, pdl
 
 BLOCK = 1024  # columns per program: 8 fp32 registers a thread at 4 warps
@@ -37,7 +37,7 @@ class KDAGateSpec:
 
 
 def _block(spec: KDAGateSpec) -> int:
-    return min(BLOCK, triton.next_power_of_2(spec.width))
+    return min(BLOCK, next_power_of_2(spec.width))
 
 
 def gate_lines(spec: KDAGateSpec, f: str, cols: str, mask: str) -> list[str]:
@@ -93,5 +93,5 @@ def launch(kernel, spec: KDAGateSpec, *, f: torch.Tensor, dt_bias: torch.Tensor,
             raise ValueError(f"KDA gate {name}: contiguous [{n}], got {tuple(t.shape)}")
     if rows == 0:
         return
-    kernel[(rows, triton.cdiv(w, _block(spec)))](f, dt_bias, a_log, g, f.stride(0), g.stride(0),
+    kernel[(rows, cdiv(w, _block(spec)))](f, dt_bias, a_log, g, f.stride(0), g.stride(0),
                                                  num_warps=WARPS)

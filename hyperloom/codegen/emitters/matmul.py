@@ -50,9 +50,9 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from hyperloom.codegen.emitters import hc_post, hc_pre, kda_gate, norm
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.matmul_checks import check_operands
 from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
 from hyperloom.codegen.emitters.text import pdl, wrap
@@ -471,7 +471,7 @@ def scratch(spec: MatmulSpec, rows: int, dtype: torch.dtype, device) -> torch.Te
 def norm_tiles(spec: MatmulSpec) -> tuple[int, int]:
     """(BLOCK_K, num_warps) of the norm kernel: 2048-wide chunks (K=4096: two steps, eight fp32
     of each stream per thread and step)."""
-    block_k = min(2048, max(16, triton.next_power_of_2(spec.k)))
+    block_k = min(2048, max(16, next_power_of_2(spec.k)))
     return block_k, max(1, min(8, block_k // 256))
 
 
@@ -522,7 +522,7 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
              "comb_ptr": comb, "bias_ptr": dt, "alog_ptr": alog, "add_ptr": addend, "rows": rows,
              **_strides(spec, x, out, stream, post, comb, addend)}
-    grid = (triton.cdiv(rows, t.block_m) * triton.cdiv(spec.n_out, t.block_n),)
+    grid = (cdiv(rows, t.block_m) * cdiv(spec.n_out, t.block_n),)
     extra = {}
     if spec.site:
         require(site is not None, "a site-feeding GEMM needs its site's operands")

@@ -4,11 +4,11 @@ rows, tensor-core tiles above, fitted to shared memory."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import triton
-
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.passes.kernel_plan import GEMV_ROWS
 
 if TYPE_CHECKING:
@@ -29,9 +29,10 @@ class Tiles:
     gemv: bool = False  # the GEMV tiling: every row in one block (GEMV constexpr of the kernel)
 
 
+@functools.lru_cache(maxsize=4096)  # every launch asks: memoized, as launch cost is host time
 def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Tiles:
     """Block sizes for `rows` rows of `x_bytes`-wide x and `w_bytes`-wide w."""
-    k_max = max(16, triton.next_power_of_2(spec.k))
+    k_max = max(16, next_power_of_2(spec.k))
     if rows <= GEMV_ROWS:
         # GEMV: one 16-row block (the smallest tensor-core M) holds every row, so each weight
         # element is read once, K steps deep. A program reads 32 weight rows while that is one
@@ -42,7 +43,7 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
         # 2x12288x4096 50.5 at 32+32 rows and 4 stages (6: 53.9), down 4096x12288 28.6 at 32
         # rows and 8 stages (6: 29.6), LM head 32000x4096 64.0 at 64 rows and 6 stages (32
         # rows: 66.4)
-        w_rows = 32 if triton.cdiv(spec.n, 32) <= SMS else 64
+        w_rows = 32 if cdiv(spec.n, 32) <= SMS else 64
         swiglu = spec.epilogue == "swiglu"
         stages = 8 if w_rows == 32 else 4 if swiglu else 6
         t = Tiles(16, w_rows // 2 if swiglu else w_rows, min(128, k_max), 1, 4, stages,

@@ -27,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from hyperloom.codegen.emitters import paging
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
@@ -56,11 +56,11 @@ class MLASpec:
     def head_block(self) -> int:
         """Heads per attention program (BH): programs of a row share its latents through L2,
         so fewer, wider programs gather less; at least 16 for tl.dot."""
-        return max(16, min(MAX_BH, triton.next_power_of_2(self.heads)))
+        return max(16, min(MAX_BH, next_power_of_2(self.heads)))
 
     @property
     def head_blocks(self) -> int:
-        return triton.cdiv(self.heads, self.head_block)
+        return cdiv(self.heads, self.head_block)
 
 
 def kernel_names(name: str) -> tuple[str, str, str]:
@@ -74,7 +74,7 @@ def _up() -> str:
 
 
 def _p2(n: int, least: int = 16) -> int:
-    return max(least, triton.next_power_of_2(n))
+    return max(least, next_power_of_2(n))
 
 
 def _br(spec: MLASpec) -> int:
@@ -227,13 +227,13 @@ def source(name: str, spec: MLASpec, header: str = "") -> str:
 
 def splits(spec: MLASpec, rows: int, max_splits: int = MAX_SPLITS) -> int:
     """Index chunks per row: enough programs to fill the GPU at this row count."""
-    want = triton.cdiv(2 * SMS, max(1, rows) * spec.head_blocks)
-    return max(1, min(want, max_splits, triton.cdiv(spec.width, BN)))
+    want = cdiv(2 * SMS, max(1, rows) * spec.head_blocks)
+    return max(1, min(want, max_splits, cdiv(spec.width, BN)))
 
 
 def chunk(spec: MLASpec, n: int) -> int:
     """Index entries per split at n splits (whole BN blocks)."""
-    return triton.cdiv(triton.cdiv(spec.width, n), BN) * BN
+    return cdiv(cdiv(spec.width, n), BN) * BN
 
 
 def scratch(spec: MLASpec, max_rows: int, dtype: torch.dtype, device,
@@ -286,11 +286,11 @@ def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: to
           "MLA scratch does not fit")
     h, (bm, warps) = spec.heads, ((16, 4) if rows <= 16 else (64, 8))  # sm_90a: no spills
     lat_strides = (latent.stride(0), latent.stride(1))
-    absorb[(triton.cdiv(rows, bm), h, triton.cdiv(spec.rank, _br(spec)))](
+    absorb[(cdiv(rows, bm), h, cdiv(spec.rank, _br(spec)))](
         q, c, wkvb, slot, pos, latent, qa, rows, q.stride(0), c.stride(0), *lat_strides,
         capacity, *table, BM=bm, num_warps=warps)
     attend[(rows, spec.head_blocks, n)](qa, index, slot, pos, latent, acc, ml, rows,
                                         index.stride(0), *lat_strides, *table,
                                         CHUNK=chunk(spec, n), num_warps=ATTEND_WARPS)
-    merge[(triton.cdiv(rows, bm), h, triton.cdiv(spec.v_head_dim, _bv(spec)))](
+    merge[(cdiv(rows, bm), h, cdiv(spec.v_head_dim, _bv(spec)))](
         acc, ml, wkvb, out, rows, out.stride(0), SPLITS=n, BM=bm, num_warps=warps)

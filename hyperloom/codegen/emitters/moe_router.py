@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
@@ -63,7 +63,7 @@ def kernel_names(name: str) -> tuple[str, str]:
 
 
 def _pow2(n: int) -> int:
-    return triton.next_power_of_2(n)
+    return next_power_of_2(n)
 
 
 def _logits(name: str, spec: RouterSpec) -> str:
@@ -197,8 +197,8 @@ def tiles(spec: RouterSpec, rows: int) -> Tiles:
 
 def _split(spec: RouterSpec, t: Tiles) -> tuple[int, int]:
     """(columns per split, a multiple of BK; the number of splits that covers H)."""
-    split = triton.cdiv(triton.cdiv(spec.hidden, t.splits), t.bk) * t.bk
-    return split, triton.cdiv(spec.hidden, split)
+    split = cdiv(cdiv(spec.hidden, t.splits), t.bk) * t.bk
+    return split, cdiv(spec.hidden, split)
 
 
 def scratch(spec: RouterSpec, rows: int, device) -> torch.Tensor:
@@ -238,7 +238,7 @@ def launch(kernels, spec: RouterSpec, *, x: torch.Tensor, w: torch.Tensor, bias:
     logits, select = kernels
     t = tiles(spec, rows)
     split, splits = _split(spec, t)
-    grid = (triton.cdiv(rows, t.bm), triton.cdiv(spec.experts, t.bn), splits)
+    grid = (cdiv(rows, t.bm), cdiv(spec.experts, t.bn), splits)
     logits[grid](x, w, part, rows, x.stride(0), rows * spec.experts, SPLIT=split, BM=t.bm,
                  BN=t.bn, BK=t.bk, num_warps=t.warps, num_stages=t.stages)
     select[(rows,)](part, bias, weights, ids, rows * spec.experts, weights.stride(0),

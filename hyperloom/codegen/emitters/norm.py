@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 
 import torch
-import triton
 
+from hyperloom.codegen.emitters.ints import next_power_of_2
 from hyperloom.codegen.emitters.text import comment, pdl
 
 KINDS = ("rmsnorm", "gated_rmsnorm", "layernorm")
@@ -65,7 +65,7 @@ def kernel_source(name: str, spec: NormSpec) -> str:
     return f'''
 @triton.jit
 def {name}(x_ptr, g_ptr, w_ptr, b_ptr, o_ptr, sx, sg, so, G: tl.constexpr = {spec.group},
-        BLOCK: tl.constexpr = {triton.next_power_of_2(spec.group)},
+        BLOCK: tl.constexpr = {next_power_of_2(spec.group)},
         EPS: tl.constexpr = {spec.eps!r}):
 {pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     c = tl.arange(0, BLOCK)
@@ -98,7 +98,7 @@ def launch(kernel, spec: NormSpec, *, x: torch.Tensor, w: torch.Tensor, out: tor
             raise ValueError(f"norm {name}: contiguous [{spec.group}], got {tuple(t.shape)}")
     if rows == 0:
         return
-    warps = max(1, min(16, triton.next_power_of_2(spec.group) // (32 * REGS_PER_THREAD)))
+    warps = max(1, min(16, next_power_of_2(spec.group) // (32 * REGS_PER_THREAD)))
     g = x if gate is None else gate
     kernel[(rows, spec.width // spec.group)](
         x, g, w, w if b is None else b, out, x.stride(0), g.stride(0), out.stride(0),
