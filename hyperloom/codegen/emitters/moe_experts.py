@@ -217,9 +217,9 @@ def {name}_{kind}({params}, order_ptr, meta_ptr, tiles_ub, {stride}, BM: tl.cons
         BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
         SUB: tl.constexpr = {SUB_ROWS}, {consts}):
 {pdl("    ")}    pid_m, pid_n = _tile_of(tl.program_id(0), tiles_ub, tl.cdiv(N, BN), GROUP_M)
-    if pid_m >= tl.load(meta_ptr + 2 * EB + E - 1):  # past the step's last tile: one load
-        return
     e = _expert_at(meta_ptr, pid_m, EB)
+    if e >= E:  # past the step's last tile
+        return
     r0, count = _tile_live(meta_ptr, e, pid_m, BM, EB)
     live = count - r0
     if BM // 4 >= SUB:
