@@ -42,7 +42,8 @@ def require(ok: bool, message: str | Callable[[], str]) -> None:
 def require_shape(what: str, t, shape: tuple[int, ...], rows: int | None = None) -> None:
     """`t` is [>= rows, *shape] (rows None: exactly shape) with a contiguous last dim."""
     got = tuple(t.shape) if rows is None else tuple(t.shape[1:])
+    if got == tuple(shape) and (rows is None or t.shape[0] >= rows) and t.stride(-1) == 1:
+        return
     dims = ", ".join(([] if rows is None else [f">= {rows}"]) + [str(d) for d in shape])
-    require(got == tuple(shape) and (rows is None or t.shape[0] >= rows) and t.stride(-1) == 1,
-            lambda: f"{what}: [{dims}] with a contiguous last dim, got {tuple(t.shape)} with "
-                    f"strides {t.stride()}")
+    raise ValueError(f"{what}: [{dims}] with a contiguous last dim, got {tuple(t.shape)} with "
+                     f"strides {t.stride()}")

@@ -42,6 +42,19 @@ def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int =
     return statistics.median(s.elapsed_time(e) for s, e in events) / 1e3
 
 
+def host_seconds(fn: Callable[[], object], device: torch.device, reps: int = 20) -> float:
+    """The host's time to issue one call of fn (a step of Python launches), the device not
+    waited for: when it is near the device's own time the step is host-bound."""
+    fn()
+    _sync(device)
+    t = time.perf_counter()
+    for _ in range(reps if device.type == "cuda" else min(reps, CPU_REPS)):
+        fn()
+    took = (time.perf_counter() - t) / (reps if device.type == "cuda" else min(reps, CPU_REPS))
+    _sync(device)
+    return took
+
+
 @dataclass(frozen=True)
 class Limits:
     bandwidth: float  # bytes / s, read + written

@@ -59,6 +59,8 @@ def record(results: list[Result], limits: Limits, info: dict) -> dict:
                "rel_err_vs_eager": r.rel_err}
         if r.batch is not None:
             row |= {"batch": r.batch, "ctx": r.ctx, "vs_b1": vs_b1(r, results)}
+        if r.host_s is not None:
+            row["host_s"] = r.host_s
         if r.profile is not None:
             row["profile"] = r.profile
         row |= getattr(r, "extra", {})  # a scenario's own fields (bench.kda: width, notes, ...)
@@ -128,6 +130,9 @@ def rows(r: dict) -> str:
                 else f"{'no baseline':<35}")
         lines.append(f"{lead}  {base}{tail}")
     notes = [f"    note: {n}" for n in r.get("notes", [])]
+    if r.get("host_s") is not None:
+        notes.append(f"    host: {r['host_s'] * 1e6:.0f} us to issue the step's launches "
+                     f"(the step took {r['ours_s'] * 1e6:.0f} us)")
     return "\n".join(lines + notes + _profile_lines(r.get("profile"))) + "\n"
 
 

@@ -12,7 +12,7 @@ import torch
 
 import hyperloom
 from hyperloom.bench.lowering import lower
-from hyperloom.bench.measure import Limits, median_seconds, profile_top
+from hyperloom.bench.measure import Limits, host_seconds, median_seconds, profile_top
 from hyperloom.codegen.compilation import compile_graph
 from hyperloom.ir.builder import GraphBuilder, Residual
 from hyperloom.ir.graph import Graph
@@ -37,6 +37,7 @@ class Result:
     profile: list[dict] | None = None  # top kernels of our step (measure.profile_top)
     batch: int | None = None  # decode: sequences in the step
     ctx: int | None = None  # decode: tokens cached per sequence
+    host_s: float | None = None  # Python-launched steps: the host's time to issue one
 
     def fraction(self, limits: Limits) -> float:
         rate = limits.bandwidth if self.unit == "bytes" else limits.matmul_peak
@@ -163,6 +164,7 @@ class Bench:
         r = Result(f"prefill {n}", prefill_flops(self.model, n), "flops",
                    median_seconds(step, self.device, reps=10), kernels=_launches(eng, n),
                    rel_err=err)
+        r.host_s = host_seconds(step, self.device, reps=10)
         self._profile(r, step)
         r.baselines_s["eager"] = median_seconds(lambda: base(ids_d, pos_d), self.device, reps=10)
         if self.compile_modes:
@@ -192,7 +194,8 @@ class Bench:
         err = _check(prog.outputs(rows)["streams"], base(x)[0], self.tol, f"site {rows}")
         r = Result(f"mhc site {rows}", site_bytes(graph, rows), "bytes",
                    median_seconds(step, self.device),
-                   kernels=comp.plan.launches(rows), rel_err=err)
+                   kernels=comp.plan.launches(rows), rel_err=err,
+                   host_s=host_seconds(step, self.device))
         self._profile(r, step)
         r.baselines_s["eager"] = median_seconds(lambda: base(x), self.device)
         if self.compile_modes:

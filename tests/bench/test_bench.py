@@ -99,6 +99,9 @@ def test_bench_command_writes_its_record(profiled_run):
     assert (b3["batch"], b3["ctx"]) == (3, 6)
     assert b3["vs_b1"] == pytest.approx(b3["ours_s"] / b1["ours_s"])
     assert not {"batch", "ctx", "vs_b1"} & (set(site) | set(prefill))
+    # Python-launched steps say how long the host takes to issue them; graph replays do not
+    assert site["host_s"] > 0 and prefill["host_s"] > 0 and "host_s" not in b1
+    assert text.count("host: ") == 2 * 2  # under the site and prefill rows, twice each
 
 
 def test_profile_lists_the_top_ops_of_each_step(profiled_run):
