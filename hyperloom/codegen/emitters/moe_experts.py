@@ -7,7 +7,8 @@ the experts the step chose, five kernels in launch order:
   a stable scatter of p into `order` (a chunk's pairs sorted by (expert, p), placed after the
   pairs of earlier chunks). Rows whose `skip` is negative (padding) and ids out of range go to
   a bin past the last expert and are never computed.
-`{name}_gate_up`: program (tile, column block): a tile is BM sorted pairs of one expert; h[pos]
+`{name}_gate_up`: program (tile, column block): a tile is BM sorted pairs of one expert (an
+  expert's part-filled last tile computes only BM / 2 or BM / 4 rows when they hold it); h[pos]
   = silu(min(g, L)) * clamp(u, -L, L) of x[t] @ wg[e]^T, wu[e]^T (h [pairs, I], x's dtype).
   The stacks come packed (`ir.derive.pack_k`: [E, K / R, N, R]), so a K step of a column block
   reads contiguous runs of R * BN values, not BN rows of BK values a row apart.
