@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -106,14 +107,54 @@ class Loaded:
         if _AHEAD.get():
             return lambda *args, **kwargs: self.kernel.warmup(*args, grid=grid, **extra,
                                                               **kwargs)
-        run = self.kernel[grid]
-        return lambda *args, **kwargs: run(*args, **extra, **kwargs)
+        run, record = self.kernel[grid], _RECORD.get()
+        if record is None:
+            return lambda *args, **kwargs: run(*args, **extra, **kwargs)
+
+        def launch(*args, **kwargs) -> None:
+            token = _LAUNCHING.set(True)
+            try:
+                run(*args, **extra, **kwargs)
+            finally:
+                _LAUNCHING.reset(token)
+            record.append(self.replay(grid, args, kwargs | extra))
+        return launch
+
+    def replay(self, grid, args: tuple, kwargs: dict):
+        """A thunk that repeats this launch: the compiled kernel on the same argument values,
+        past Triton's binding and cache lookup. None without a compiled kernel (the
+        interpreter)."""
+        warmup = getattr(self.kernel, "warmup", None)
+        if CONFIG.interpret or warmup is None:
+            return None
+        compiled = warmup(*args, grid=grid, **kwargs)
+        values = bound_values(self.kernel.fn, args, kwargs)
+        launch = compiled[tuple(grid) + (1,) * (3 - len(grid))]
+        return lambda: launch(*values)
 
     def __getattr__(self, name: str):
         return getattr(self.kernel, name)
 
 
+def bound_values(fn, args: tuple, kwargs: dict) -> tuple:
+    """Every parameter's value of a call fn(*args, **kwargs), defaults filled, in signature
+    order (a compiled kernel's launcher takes them so); keywords that are launch options
+    (num_warps, ...) are not parameters and are left out."""
+    sig = inspect.signature(fn)
+    bound = sig.bind(*args, **{k: v for k, v in kwargs.items() if k in sig.parameters})
+    bound.apply_defaults()
+    return tuple(bound.arguments.values())
+
+
 _AHEAD: ContextVar[bool] = ContextVar("hyperloom_compile_ahead", default=False)
+_RECORD: ContextVar[list | None] = ContextVar("hyperloom_record", default=None)
+_LAUNCHING: ContextVar[bool] = ContextVar("hyperloom_launching", default=False)
+
+
+def launching() -> bool:
+    """Whether a recorded kernel launch is under way (the interpreter runs torch ops inside
+    one; they are the kernel's, which a replay repeats)."""
+    return _LAUNCHING.get()
 
 
 @contextmanager
@@ -127,3 +168,15 @@ def compile_ahead(threads: int) -> Iterator[None]:
             yield
         finally:
             _AHEAD.reset(token)
+
+
+@contextmanager
+def recording() -> Iterator[list]:
+    """Launches of loaded kernels inside run as usual, and each adds to the yielded list its
+    replay thunk (`Loaded.replay`: None where it has none)."""
+    out: list = []
+    token = _RECORD.set(out)
+    try:
+        yield out
+    finally:
+        _RECORD.reset(token)

@@ -1,14 +1,19 @@
 """A Program: one graph compiled for one device. It takes a Compilation (the PIPELINE's graph,
 the arena and kernel plans, the kernel sources), binds weights, allocates the arena and the
 static row inputs, and turns the kernel plan into a launch list. `record(rows, seq_rows)` fixes
-a step's launches (replayed as is on the CPU, captured into a CUDA graph on the GPU)."""
+a step's launches (replayed as is on the CPU, captured into a CUDA graph on the GPU); `step`
+runs a step of Python launches (prefill), replaying a shape's recorded kernels where
+CONFIG.eager_replay allows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from hyperloom.codegen.cache import launching, recording
+from hyperloom.config import CONFIG
 from hyperloom.ir.derive import bind
 from hyperloom.ir.graph import Graph
 from hyperloom.ir.state import StateStore
@@ -35,6 +40,7 @@ class Program:
                                  sources=comp.sources)
         self.launches = [BUILDERS[k.emitter](k, self.operands, device) for k in self.plan.kernels]
         self.capturable = not self.plan.fallbacks
+        self._replays: dict[tuple[int, int], list | None] = {}  # eager replays by shape
 
     def _views(self) -> dict[str, torch.Tensor]:
         from hyperloom.ir.types import DType
@@ -58,8 +64,37 @@ class Program:
     def record(self, rows: int, seq_rows: int) -> list[Callable[[], None]]:
         return [lambda f=f: f(rows, seq_rows) for f in self.launches]
 
+    def step(self, rows: int, seq_rows: int) -> None:
+        """One step of Python launches. With CONFIG.eager_replay on a GPU, a shape's first step
+        records its launches (`cache.recording`) and later steps of that shape replay them,
+        unless the first ran what a replay would skip (a torch op that is not a view, a kernel
+        without a compiled form): then every step launches as usual."""
+        key, launches = (rows, seq_rows), self.record(rows, seq_rows)
+        if self._replayable() and key not in self._replays:
+            with recording() as rec, _TorchOps() as ops:
+                for f in launches:
+                    f()
+            self._replays[key] = None if ops.seen or None in rec else rec
+            return
+        thunks = self._replays.get(key) if self._replayable() else None
+        for f in thunks or launches:
+            f()
+
+    def _replayable(self) -> bool:
+        return CONFIG.eager_replay and self.device.type == "cuda" and not CONFIG.interpret
+
     def outputs(self, rows: int) -> dict[str, torch.Tensor]:
         return {label: self.operands[v][:rows].clone() for label, v in self.graph.outputs}
+
+
+class _TorchOps(TorchDispatchMode):
+    """Notes whether any torch op other than a view ran inside it (a replay would skip it)."""
+
+    seen = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen = self.seen or not (func.is_view or launching())
+        return func(*args, **(kwargs or {}))
 
 
 def _bound(graph: Graph, weights: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:

@@ -41,8 +41,7 @@ class Runner:
         self._compile_ahead(rows, seq_rows)
         bucket = self.bucket(rows) if seq_rows == 1 else None
         if bucket is None:
-            for f in self.program.record(rows, seq_rows):
-                f()
+            self.program.step(rows, seq_rows)
             return rows
         self._pad(rows, bucket)
         if bucket not in self.recorded:
