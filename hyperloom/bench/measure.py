@@ -45,12 +45,13 @@ def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int =
 def host_seconds(fn: Callable[[], object], device: torch.device, reps: int = 20) -> float:
     """The host's time to issue one call of fn (a step of Python launches), the device not
     waited for: when it is near the device's own time the step is host-bound."""
+    reps = reps if device.type == "cuda" else min(reps, CPU_REPS)
     fn()
     _sync(device)
     t = time.perf_counter()
-    for _ in range(reps if device.type == "cuda" else min(reps, CPU_REPS)):
+    for _ in range(reps):
         fn()
-    took = (time.perf_counter() - t) / (reps if device.type == "cuda" else min(reps, CPU_REPS))
+    took = (time.perf_counter() - t) / reps
     _sync(device)
     return took
 

@@ -163,8 +163,7 @@ class Bench:
         err = _check(ours, base(ids_d, pos_d)[0], self.tol, f"prefill {n}")
         r = Result(f"prefill {n}", prefill_flops(self.model, n), "flops",
                    median_seconds(step, self.device, reps=10), kernels=_launches(eng, n),
-                   rel_err=err)
-        r.host_s = host_seconds(step, self.device, reps=10)
+                   rel_err=err, host_s=host_seconds(step, self.device, reps=10))
         self._profile(r, step)
         r.baselines_s["eager"] = median_seconds(lambda: base(ids_d, pos_d), self.device, reps=10)
         if self.compile_modes:

@@ -69,15 +69,15 @@ class Program:
         records its launches (`cache.recording`) and later steps of that shape replay them,
         unless the first ran what a replay would skip (a torch op that is not a view, a kernel
         without a compiled form): then every step launches as usual."""
-        key, launches = (rows, seq_rows), self.record(rows, seq_rows)
+        key = (rows, seq_rows)
         if self._replayable() and key not in self._replays:
             with recording() as rec, _TorchOps() as ops:
-                for f in launches:
+                for f in self.record(rows, seq_rows):
                     f()
             self._replays[key] = None if ops.seen or None in rec else rec
             return
         thunks = self._replays.get(key) if self._replayable() else None
-        for f in thunks or launches:
+        for f in thunks or self.record(rows, seq_rows):
             f()
 
     def _replayable(self) -> bool:
