@@ -207,8 +207,9 @@ def recurrent_path(spec: KDASpec, x: Inputs, device: torch.device, copies: int =
                   device)
 
     def launch(**kw: torch.Tensor) -> None:
+        # with copies, a step's launch reads a state no step just before it wrote
         recurrent.launch(kernel, spec, q=x.q, k=x.k, v=x.v, g=x.g, b=x.b, rows=x.rows,
-                         seq_rows=x.rows // x.batch, **kw)
+                         seq_rows=x.rows // x.batch, early_state=copies > 1, **kw)
 
     return _ours(spec, x, copies, "emitters.kda (recurrent)", 1, launch)
 

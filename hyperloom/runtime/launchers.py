@@ -192,7 +192,8 @@ def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
         if seq_rows >= kda.CHUNKED_ROWS:
             kda_chunk.launch(chunked, cspec, rows=rows, work=work, **args)
         else:
-            kda.launch(rec, spec, rows=rows, seq_rows=seq_rows, **args)
+            # the recurrent state is this op's alone: no kernel before it in a step writes it
+            kda.launch(rec, spec, rows=rows, seq_rows=seq_rows, early_state=True, **args)
     return run
 
 

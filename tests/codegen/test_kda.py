@@ -45,7 +45,7 @@ class Step:
                                   generator=gen) * 0.3).to(device)
         self.out = torch.full((t, hd), float("nan"), dtype=dtype, device=device)
 
-    def run(self, state: torch.Tensor, rows: slice | None = None) -> None:
+    def run(self, state: torch.Tensor, rows: slice | None = None, early: bool = False) -> None:
         rows = rows or slice(0, self.q.shape[0])
         kernel = load(source("kda", self.spec, header="test"), "kda", self.device)
         slot = self.slot[rows]
@@ -53,7 +53,8 @@ class Step:
         seq_rows = int(live.unique(return_counts=True)[1].max()) if len(live) else 1
         launch(kernel, self.spec, q=self.q[rows], k=self.k[rows], v=self.v[rows],
                g=self.g[rows], b=self.b[rows], slot=slot, state=state,
-               out=self.out[rows], rows=rows.stop - rows.start, seq_rows=seq_rows)
+               out=self.out[rows], rows=rows.stop - rows.start, seq_rows=seq_rows,
+               early_state=early)
 
     def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(out of the live rows, the state after the step)."""
@@ -112,12 +113,13 @@ def test_kda_bad_state_is_refused() -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("early", [False, True], ids=["wait-first", "state-early"])
 @pytest.mark.parametrize("slot", [[0], list(range(16)), [3] * 8 + [1, 1]])  # decode, batch, verify
-def test_kda_recurrence_gpu(slot: list[int]) -> None:
+def test_kda_recurrence_gpu(slot: list[int], early: bool) -> None:
     spec = KDASpec(64, 128)
     step = Step(spec, slot, "cuda", torch.bfloat16, seed=len(slot))
     state = step.state.clone()
-    step.run(state)
+    step.run(state, early=early)
     out, want = step.reference(torch.float32)
     assert_rel(step.out.float(), out, 1e-2, "out")
     assert_rel(state, want, 1e-3, "state")

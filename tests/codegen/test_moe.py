@@ -66,10 +66,11 @@ def test_router(spec: RouterSpec, rows: int) -> None:
 
 
 def test_router_wide_tiles(monkeypatch) -> None:
-    """The 128 x 64 tiles of long prefills (from WIDE_ROWS rows)."""
+    """The 128 x 64 tiles of long prefills (from WIDE_ROWS rows), H split in three here."""
     monkeypatch.setattr(moe_router, "WIDE_ROWS", 100)
     spec = ROUTERS[3]
-    assert moe_router.tiles(spec, 130).bm == 128
+    t = moe_router.tiles(spec, 130)
+    assert t.bm == 128 and moe_router._split(spec, t)[1] == 3
     x, w, bias = _router_inputs(spec, 130, seed=11)
     got_w, got_ids, want_w, want_ids = _route(spec, x, w, bias, 130)
     assert torch.equal(got_ids, want_ids)

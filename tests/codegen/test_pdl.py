@@ -10,6 +10,8 @@ import pytest
 import hyperloom
 from hyperloom.codegen import cache
 from hyperloom.codegen.compilation import compile_graph
+from hyperloom.codegen.emitters import kda
+from hyperloom.codegen.emitters.kda import KDASpec
 from hyperloom.codegen.emitters.text import PDL_WAIT
 from hyperloom.config import overrides
 
@@ -106,3 +108,19 @@ def test_the_loader_launches_early_exactly_the_kernels_that_wait(tmp_path):
     with overrides(kernel_cache_dir=str(tmp_path)):
         assert cache.load(waits, "kw", "cpu").pdl
         assert not cache.load(plain, "kp", "cpu").pdl
+
+
+def test_kda_early_state_reads_only_slots_and_state_before_its_wait():
+    """The recurrence's EARLY form loads its slot and state (no kernel of a step writes them
+    before it) ahead of the wait; every other read waits. Off, the wait opens the body."""
+    with overrides(interpret=False):
+        body = _kernels(kda.source("rec", KDASpec(2, 16)))["rec"]
+    waits = [i for i, line in enumerate(body) if PDL_WAIT in line]
+    assert len(waits) == 2 and body[waits[0] - 1].strip() == "if not EARLY:"
+    assert body[waits[1] - 1].strip() == "if EARLY:" and waits[0] == 1
+    early = [line.strip() for line in body[:waits[1]] if TOUCHES.search(line)]
+    allowed = ("s = tl.load(slot_ptr + r)", "stop = _run_stop(slot_ptr, r, rows)",
+               "S = tl.load(st,")
+    assert len(early) == 3 and all(line.startswith(allowed) for line in early), early
+    later = "\n".join(body[waits[1]:])
+    assert all(f"tl.load({p}_ptr" in later for p in "qkvgb"), later

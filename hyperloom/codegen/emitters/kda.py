@@ -10,7 +10,7 @@ delta rule and the output are per column), so a program owns S[:, block] of one 
 first row of each sequence's run in the step loads it once, walks the run's tokens in order
 (l2norm q and k, q * d^-1/2, S = exp(g) S, delta = sigmoid(b) (v - S^T k), S += k delta^T,
 o = S^T q) and stores it once. Programs of a run's later rows and of padding rows (slot < 0)
-return at once; when every run is one row (SINGLE: a decode step) no program looks for its
+load nothing and return; when every run is one row (SINGLE: a decode step) no program looks for its
 run's end, so its state load waits on its slot load alone. Rows of a sequence are contiguous
 in a step (`ir.state.segments`).
 """
@@ -23,7 +23,7 @@ import torch
 
 from hyperloom.codegen.emitters import kda_chunk
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl
+from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl_if
 from hyperloom.passes.kernel_plan import KDA_CHUNKED_ROWS
 
 BV = 64  # state columns (dv) per program: a [d, BV] fp32 tile, 64 registers a thread at d = 128
@@ -76,22 +76,21 @@ def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
         sq, sk, sv, sg, sb, so, st_slot, st_head,
         H: tl.constexpr = {spec.heads}, D: tl.constexpr = {spec.head_dim},
         BV: tl.constexpr = {min(BV, spec.head_dim)}, SINGLE: tl.constexpr = False,
-        Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}):
-{pdl("    ")}    r = tl.program_id(0)
+        EARLY: tl.constexpr = False, Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}):
+{pdl_if("    ", "not EARLY")}    r = tl.program_id(0)
     h = tl.program_id(1)
     c = tl.program_id(2) * BV + tl.arange(0, BV)  # this program's state columns (dv)
     kk = tl.arange(0, D)  # state rows (dk)
-    s = tl.load(slot_ptr + r)
+    s = tl.load(slot_ptr + r)  # written by the host before the step
     if SINGLE:  # every run is one row (a decode step): the state load waits on one slot load
-        if s < 0:  # padding
-            return
-        stop = r + 1
+        stop = tl.where(s < 0, r, r + 1)  # padding: no run
     else:
-        stop = _run_stop(slot_ptr, r, rows)
-        if stop == r:  # padding, or not the first row of its sequence's run
-            return
+        stop = _run_stop(slot_ptr, r, rows)  # r: padding, or not the first row of its run
     st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
-    S = tl.load(st, eviction_policy="evict_first")  # [D, BV] fp32, read once
+    S = tl.load(st, mask=(stop > r) & (kk[:, None] < D), other=0.0,
+                eviction_policy="evict_first")  # [D, BV] fp32, read once
+{pdl_if("    ", "EARLY")}    if stop == r:
+        return
 {head}        row = i.to(tl.int64)
         q = tl.load(q_ptr + row * sq + h * D + kk).to(tl.float32)
         k = tl.load(k_ptr + row * sk + h * D + kk).to(tl.float32)
@@ -111,9 +110,12 @@ def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
 
 def launch(kernel, spec: KDASpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
            g: torch.Tensor, b: torch.Tensor, slot: torch.Tensor, state: torch.Tensor,
-           out: torch.Tensor, rows: int, seq_rows: int | None = None) -> None:
+           out: torch.Tensor, rows: int, seq_rows: int | None = None,
+           early_state: bool = False) -> None:
     """The first `rows` rows; each sequence's rows contiguous and in position order, at most
-    `seq_rows` of them (None: unknown; 1 lets a program skip finding its run's end)."""
+    `seq_rows` of them (None: unknown; 1 lets a program skip finding its run's end).
+    early_state: the kernel launched just before this one writes no state it reads, so the
+    state loads run before the wait for that kernel's writes (PDL), under its tail."""
     h, d = spec.heads, spec.head_dim
     kda_chunk.check_operands(h, d, q, k, v, g, b, state, out, rows)
     if rows == 0:
@@ -123,4 +125,4 @@ def launch(kernel, spec: KDASpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.
     kernel[(rows, h, d // bv)](q, k, v, g, b, slot, state, out, rows, q.stride(0), k.stride(0),
                                v.stride(0), g.stride(0), b.stride(0), out.stride(0),
                                state.stride(0), state.stride(1), BV=bv, SINGLE=seq_rows == 1,
-                               num_warps=warps)
+                               EARLY=early_state, num_warps=warps)

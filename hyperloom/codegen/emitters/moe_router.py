@@ -28,10 +28,14 @@ from hyperloom.errors import require
 
 GEMV_ROWS = 16  # up to this many rows: split-K GEMV tiles
 MID_ROWS = 64
-# from this many rows, 128 x 64 tiles: on the H200 at 4096 rows x 288 experts x 4096, the
-# logits took 155.8 us in 64 x 32 tiles (W split in the loop), 120.6 in 128 x 64 (8 warps, 3
-# stages), 86.4 with W split once (4 stages); BENCHMARKS, "Routed MoE"
+# from this many rows, 128 x 64 tiles over WIDE_SPLITS quarters of H: on the H200 at 4096 rows x
+# 288 experts x 4096, the logits took 155.8 us in 64 x 32 tiles (W split in the loop), 120.6 in
+# 128 x 64 (8 warps, 3 stages), 86.4 with W split once (4 stages); with the select kernel, 113.9
+# in one split, 99.6 in two, 94.7 in four (160 programs leave a second wave nearly empty;
+# BENCHMARKS, "Routed MoE"). The split sums are added in split order: deterministic, but not
+# the one-split rounding, so near-tied experts may swap (as against any other fp32 order)
 WIDE_ROWS = 1024
+WIDE_SPLITS = 4
 SPLIT_MIN = 256  # the fewest H columns a split-K program reduces
 
 
@@ -187,7 +191,7 @@ def tiles(spec: RouterSpec, rows: int) -> Tiles:
     """Few rows: narrow E blocks and H split so W (E x H fp32) streams through many programs."""
     bk = min(128 if rows <= MID_ROWS else 64, max(16, _pow2(spec.hidden)))
     if rows >= WIDE_ROWS:
-        return Tiles(128, 64, bk, 1, 8, 4 if spec.split else 3)
+        return Tiles(128, 64, bk, WIDE_SPLITS, 8, 4 if spec.split else 3)
     if rows > MID_ROWS:
         return Tiles(64, 32, bk, 1, 4, 4)
     bm = 16 if rows <= GEMV_ROWS else 64

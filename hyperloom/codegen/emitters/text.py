@@ -20,6 +20,12 @@ def pdl(indent: str) -> str:
     return f"{indent}{PDL_WAIT}  # the previous grid's writes are visible\n"
 
 
+def pdl_if(indent: str, cond: str) -> str:
+    """The wait under a constexpr condition (a kernel that places it by a launch option)."""
+    wait = pdl(indent + "    ")
+    return f"{indent}if {cond}:\n{wait}" if wait else ""
+
+
 def comment(header: str) -> str:
     """The kernel header as leading comment lines (the cache strips them: `cache.canonical`)."""
     return "".join(f"# {line}\n" for line in header.splitlines())
