@@ -32,10 +32,10 @@ class Config:
         "help": "a one-row decode step finishes each mHC site's hc_pre in the last program of "
                 "the GEMM whose hc_post epilogue wrote its streams (one launch a site fewer: "
                 "decode 0.596 -> 0.580 ms on the H200, BENCHMARKS)"})
-    eager_replay: bool = field(default=False, metadata={
+    eager_replay: bool = field(default=True, metadata={
         "help": "a GPU step of Python launches (prefill) replays its shape's first step's "
-                "compiled kernels on the same arguments, past Triton's argument binding (off "
-                "until measured on the device)"})
+                "compiled kernels on the same arguments, past Triton's argument binding (H200: "
+                "a 2048-token prefill issued in 0.74-0.80 ms, not 2.6-3.0; BENCHMARKS)"})
     compile_threads: int = field(default_factory=lambda: min(16, os.cpu_count() or 1), metadata={
         "help": "threads that compile a program's kernels ahead of its first step (Triton "
                 "releases the GIL while it compiles; 0: each kernel at its first launch)"})
