@@ -69,22 +69,29 @@ class Program:
         records its launches (`cache.recording`) and later steps of that shape replay them,
         unless the first ran what a replay would skip (a torch op that is not a view, a kernel
         without a compiled form): then every step launches as usual."""
-        key = (rows, seq_rows)
-        if self._replayable() and key not in self._replays:
-            with recording() as rec, _TorchOps() as ops:
-                for f in self.record(rows, seq_rows):
-                    f()
-            self._replays[key] = None if ops.seen or None in rec else rec
+        key, replay = (rows, seq_rows), replayable(self.device)
+        if replay and key not in self._replays:
+            self._replays[key] = recorded(lambda: [f() for f in self.record(rows, seq_rows)])
             return
-        thunks = self._replays.get(key) if self._replayable() else None
-        for f in thunks or self.record(rows, seq_rows):
+        for f in (self._replays.get(key) if replay else None) or self.record(rows, seq_rows):
             f()
-
-    def _replayable(self) -> bool:
-        return CONFIG.eager_replay and self.device.type == "cuda" and not CONFIG.interpret
 
     def outputs(self, rows: int) -> dict[str, torch.Tensor]:
         return {label: self.operands[v][:rows].clone() for label, v in self.graph.outputs}
+
+
+def replayable(device: torch.device) -> bool:
+    """Whether steps of Python launches on `device` replay their recorded kernels."""
+    return CONFIG.eager_replay and device.type == "cuda" and not CONFIG.interpret
+
+
+def recorded(run: Callable[[], object]) -> list[Callable[[], None]] | None:
+    """Runs `run` (Python launches) once, recording them: the thunks that replay its kernels,
+    or None where a replay would skip part of it (a torch op that is not a view, a kernel
+    without a compiled form)."""
+    with recording() as rec, _TorchOps() as ops:
+        run()
+    return None if ops.seen or None in rec else rec
 
 
 class _TorchOps(TorchDispatchMode):

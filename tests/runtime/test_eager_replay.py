@@ -17,6 +17,7 @@ from hyperloom.bench.scenarios import _as_model, site_graph
 from hyperloom.codegen.compilation import compile_graph
 from hyperloom.config import overrides
 from hyperloom.models.random_weights import random_weights
+from hyperloom.runtime import program
 from hyperloom.runtime.program import Program
 
 
@@ -72,7 +73,7 @@ def _replaying(monkeypatch, prog: Program) -> list:
     monkeypatch.setattr(cache.Loaded, "__getitem__", counted)
     monkeypatch.setattr(cache.Loaded, "replay", lambda self, grid, args, kwargs:
                         lambda: self.kernel[grid](*args, **kwargs))
-    monkeypatch.setattr(prog, "_replayable", lambda: True)
+    monkeypatch.setattr(program, "replayable", lambda device: True)
     return calls
 
 
