@@ -32,8 +32,11 @@ def matmul_spec(node: Node, types: dict) -> matmul.MatmulSpec:
     eps, group = getattr(at, "eps", None), getattr(at, "group", 0)
     prologue = "none" if eps is None else ("mean_rmsnorm" if x.rank == 3 else "rmsnorm")
     prologue = "gated_rmsnorm" if group else prologue
+    if op is Op.LINEAR_GATED_NORM:  # its attrs are the epilogue norm's
+        prologue, group = "none", at.head_dim
     epilogue = {Op.SWIGLU_LINEAR: "swiglu", Op.LINEAR_RESIDUAL: "residual",
-                Op.LINEAR_HC_POST: "hc_post", Op.LINEAR_KDA_GATE: "kda_gate"}.get(op, "store")
+                Op.LINEAR_HC_POST: "hc_post", Op.LINEAR_KDA_GATE: "kda_gate",
+                Op.LINEAR_GATED_NORM: "gated_norm"}.get(op, "store")
     hc = int(node.types[0].shape[1]) if op is Op.LINEAR_HC_POST else 1
     gate = kda_gate_spec(node, types) if op is Op.LINEAR_KDA_GATE else None
     addend = addend_of(node) is not None

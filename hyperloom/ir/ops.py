@@ -41,6 +41,7 @@ class Op(enum.Enum):
     SWIGLU_LINEAR = "swiglu_linear"
     LINEAR_RESIDUAL = "linear_residual"
     LINEAR_KDA_GATE = "linear_kda_gate"
+    LINEAR_GATED_NORM = "linear_gated_norm"
     LINEAR_HC_POST = "linear_hc_post"
     ROPE_ATTENTION = "rope_attention"
     EMBED_STREAMS = "embed_streams"
@@ -262,5 +263,6 @@ ATTRS: dict[Op, type] = {
     Op.HC_HEAD_MEAN: NoAttrs, Op.LM_HEAD: NoAttrs, Op.NORM_LINEAR: NormLinearAttrs,
     Op.SWIGLU_LINEAR: SwiGLULinearAttrs, Op.LINEAR_RESIDUAL: EpilogueLinearAttrs,
     Op.LINEAR_HC_POST: EpilogueLinearAttrs, Op.LINEAR_KDA_GATE: KDAGateAttrs,
+    Op.LINEAR_GATED_NORM: GatedNormAttrs,
     Op.ROPE_ATTENTION: RopeAttentionAttrs, Op.EMBED_STREAMS: HCExpandAttrs,
 }

@@ -299,6 +299,12 @@ def _linear_kda_gate(a: Types, at: ops.KDAGateAttrs) -> tuple[TensorType, ...]:
     return _kda_gate((f, dt_bias, a_log), at)
 
 
+def _linear_gated_norm(a: Types, at: ops.GatedNormAttrs) -> tuple[TensorType, ...]:
+    x, w, normed, nw = a
+    (f,) = _linear((x, w), None)
+    return _gated_rmsnorm((normed, f, nw), at)
+
+
 def _linear_hc_post(a: Types, at: ops.EpilogueLinearAttrs) -> tuple[TensorType, ...]:
     x, w, streams, post, comb = a[:5]
     _need((len(a) == 7) == (at.group > 0), f"a gated norm prologue (group {at.group}) takes "
@@ -358,6 +364,7 @@ SIGNATURES: dict[Op, Signature] = {
     Op.SWIGLU_LINEAR: Signature((2,), _swiglu_linear),
     Op.LINEAR_RESIDUAL: Signature((3, 4), _linear_residual),
     Op.LINEAR_KDA_GATE: Signature((4,), _linear_kda_gate),
+    Op.LINEAR_GATED_NORM: Signature((4,), _linear_gated_norm),
     Op.LINEAR_HC_POST: Signature((5, 6, 7), _linear_hc_post),
     Op.ROPE_ATTENTION: Signature((5,), _rope_attention),
     Op.EMBED_STREAMS: Signature((2,), _embed_streams),

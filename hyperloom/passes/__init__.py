@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hyperloom.ir.graph import Graph
 from hyperloom.ir.verifier import verify
 from hyperloom.passes.epilogues import (
-    fold_gated_norm, fuse_embedding, fuse_hc_post, fuse_kda_gate, fuse_residual,
+    fold_gated_norm, fuse_embedding, fuse_gated_norm, fuse_hc_post, fuse_kda_gate, fuse_residual,
     fuse_rope_attention, fuse_swiglu,
 )
 from hyperloom.passes.fuse_linears import (
@@ -28,6 +28,7 @@ PIPELINE: tuple[Pass, ...] = (
     fuse_site_norm,
     fuse_residual,
     fuse_hc_post,
+    fuse_gated_norm,
     fold_gated_norm,
     fuse_kda_gate,
     fuse_rope_attention,

@@ -1,8 +1,8 @@
 """Epilogue and prologue fusions: SwiGLU into the gate|up GEMM, the residual add and hc_post into
 the projection that produces the block output (so each site reads and writes the highway once;
-a MoE block's routed output is added in the same epilogue),
-KDA's decay gate into f_b's projection, RoPE into attention's KV write, and the embedding gather
-into the highway's first write."""
+a MoE block's routed output is added in the same epilogue), KDA's decay gate into f_b's
+projection and its gated output norm into g_b's, RoPE into attention's KV write, and the
+embedding gather into the highway's first write."""
 
 from __future__ import annotations
 
@@ -143,6 +143,22 @@ def fold_gated_norm(graph: Graph) -> PassResult:
     """A gated RMSNorm read only by an hc_post GEMM (KDA's o_norm before o_proj) becomes that
     GEMM's prologue."""
     return _Fuser(graph).run(Op.LINEAR_HC_POST, _gated_norm)
+
+
+def _gated_norm_epilogue(f: _Fuser, node: Node):
+    normed, gate, nw = node.args
+    src = f.single(gate)
+    if src is None or src.op is not Op.LINEAR:
+        return None  # fold_gated_norm may still take it as its reader's prologue
+    return make_node(f.graph, node.outs, Op.LINEAR_GATED_NORM, (*src.args, normed, nw),
+                     node.attrs, [src, node]), [src]
+
+
+def fuse_gated_norm(graph: Graph) -> PassResult:
+    """A gated RMSNorm whose gate is a projection read by nothing else (KDA's o_norm gated by
+    g_b's) becomes that GEMM's epilogue over whole heads: the gate never goes to memory, and
+    neither the norm nor its reader's prologue launches apart."""
+    return _Fuser(graph).run(Op.GATED_RMSNORM, _gated_norm_epilogue)
 
 
 def _kda_gate(f: _Fuser, node: Node):

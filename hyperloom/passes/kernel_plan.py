@@ -18,7 +18,7 @@ EMITTER_OF: dict[Op, str] = {
     Op.EMBEDDING: "embedding", Op.EMBED_STREAMS: "embedding",
     Op.LINEAR: "matmul", Op.LM_HEAD: "matmul", Op.NORM_LINEAR: "matmul",
     Op.SWIGLU_LINEAR: "matmul", Op.LINEAR_RESIDUAL: "matmul", Op.LINEAR_HC_POST: "matmul",
-    Op.LINEAR_KDA_GATE: "matmul",
+    Op.LINEAR_KDA_GATE: "matmul", Op.LINEAR_GATED_NORM: "matmul",
     Op.HC_PRE: "hc_pre", Op.HC_POST: "hc_post", Op.ROPE_ATTENTION: "attention", Op.KDA: "kda",
     Op.KDA_CONV: "kda_conv", Op.KDA_GATE: "kda_gate", Op.RMSNORM: "norm",
     Op.GATED_RMSNORM: "norm", Op.LAYERNORM: "norm",

@@ -85,6 +85,8 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         extra = {"stream": o[node.args[2]], "post": o[node.args[3]], "comb": o[node.args[4]]}
     elif node.op is Op.LINEAR_KDA_GATE:
         extra = {"dt": o[node.args[2]], "alog": o[node.args[3]]}
+    elif node.op is Op.LINEAR_GATED_NORM:
+        extra = {"normed": o[node.args[2]], "nw": o[node.args[3]]}
     if spec.addend:
         extra["addend"] = o[addend_of(node)]
     if spec.prologue == "gated_rmsnorm":

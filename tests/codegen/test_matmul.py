@@ -39,7 +39,8 @@ def spec_for(k: int, n: int, prologue: str, epilogue: str, limit: float | None =
     gate = KDAGateSpec(n // head_dim, head_dim, lower_bound) if epilogue == "kda_gate" else None
     return MatmulSpec(k=k, n=n, prologue=prologue, eps=1e-5, streams=streams, epilogue=epilogue,
                       limit=limit if epilogue == "swiglu" else None, hc=hc,
-                      group=group if prologue == "gated_rmsnorm" else 0, gate=gate, addend=addend)
+                      group=group if "gated_rmsnorm" == prologue or epilogue == "gated_norm"
+                      else 0, gate=gate, addend=addend)
 
 
 class Case:
@@ -61,10 +62,15 @@ class Case:
             self.x = self.randn(alloc, k, dtype=act, scale=3.0)
             self.gate = self.randn(alloc, k, dtype=act, scale=2.0)
             self.nw = (0.5 + self.uniform(spec.group)).to(act)
+        self.normed = None
+        if spec.epilogue == "gated_norm":  # rows off unit scale per group; the GEMM is the gate
+            self.normed = self.randn(alloc, n, dtype=act, scale=3.0)
+            self.nw = (0.5 + self.uniform(spec.group)).to(act)
         o_shape = (alloc, spec.n_out)
         if spec.epilogue == "hc_post":
             o_shape = (alloc, spec.hc, spec.n_out)
-        self.out = self.nan(o_shape, act if spec.epilogue in ("store", "swiglu") else torch.float32)
+        self.out = self.nan(o_shape, act if spec.epilogue in ("store", "swiglu", "gated_norm")
+                            else torch.float32)
         self.dt = self.alog = None
         if spec.gate is not None:  # f_b's gate: biases and head rates both ways around 1
             self.dt = self.randn(n, dtype=torch.float32, scale=0.5, view=False)
@@ -108,7 +114,8 @@ class Case:
         kernels = tuple(load(src, n, self.device) for n in kernel_names(name, self.spec))
         launch(kernels, self.spec, x=self.x, w=self.w, out=self.out, rows=self.rows,
                stream=self.stream, post=self.post, comb=self.comb, h=self.h, y=self.y,
-               gate=self.gate, nw=self.nw, dt=self.dt, alog=self.alog, addend=self.addend)
+               gate=self.gate, nw=self.nw, dt=self.dt, alog=self.alog, addend=self.addend,
+               normed=self.normed)
 
 
 def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
@@ -131,6 +138,8 @@ def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
         return gate / (1 + torch.exp(-gate)) * up
     if spec.epilogue == "kda_gate":
         return kda_gate_of(spec.gate, y + c.dt.double(), c.alog.double())
+    if spec.epilogue == "gated_norm":
+        return group_normed(c.normed[:t], c.nw, spec) * torch.sigmoid(y)
     if spec.addend:
         y = y + c.addend[:t].double()
     s = c.stream[:t].double()
@@ -150,12 +159,16 @@ def kda_gate_of(gate: KDAGateSpec, x: torch.Tensor, alog: torch.Tensor) -> torch
     return -rate * torch.nn.functional.softplus(x)
 
 
+def group_normed(x: torch.Tensor, nw: torch.Tensor, spec: MatmulSpec) -> torch.Tensor:
+    """Each group of x's rows RMS-normed in fp64, times the norm weight."""
+    t = x.shape[0]
+    x = x.double().reshape(t, -1, spec.group)
+    return (x / torch.sqrt((x * x).mean(-1, keepdim=True) + spec.eps) * nw.double()).reshape(t, -1)
+
+
 def gated_rows(c: Case) -> torch.Tensor:
     """gated_rmsnorm's rows in fp64: each group of x normed, times the weight and sigmoid(gate)."""
-    t, g = c.rows, c.spec.group
-    x = c.x[:t].double().reshape(t, -1, g)
-    x = x / torch.sqrt((x * x).mean(-1, keepdim=True) + c.spec.eps) * c.nw.double()
-    return x.reshape(t, -1) * torch.sigmoid(c.gate[:t].double())
+    return group_normed(c.x[:c.rows], c.nw, c.spec) * torch.sigmoid(c.gate[:c.rows].double())
 
 
 def check_cpu(spec: MatmulSpec, rows: int, view: bool, seed: int) -> None:
@@ -271,6 +284,20 @@ def test_gated_rmsnorm_prologue(group, epilogue, rows):
 def test_kda_gate_epilogue(lower_bound, rows):
     check_cpu(spec_for(40, 48, "none", "kda_gate", lower_bound=lower_bound), rows,
               view=rows != 3, seed=90 + rows)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 20, 70])  # GEMV, mid and tensor-core tilings
+@pytest.mark.parametrize("group", [16, 32])
+def test_gated_norm_epilogue(group, rows):
+    """g_b's projection as the gate of a per-group RMSNorm of other rows (KDA's o_norm)."""
+    spec = spec_for(40, 96, "none", "gated_norm", group=group)
+    assert tiles(spec, rows).block_n == group
+    check_cpu(spec, rows, view=rows % 2 == 1, seed=1300 + rows + group)
+
+
+def test_gated_norm_epilogue_refuses_a_group_off_n():
+    with pytest.raises(ValueError, match="gated_norm epilogue needs a power-of-two group"):
+        MatmulSpec(k=40, n=48, epilogue="gated_norm", group=32)
 
 
 def test_kda_gate_epilogue_refuses_a_gate_of_other_width():
@@ -414,6 +441,14 @@ def test_gpu_bf16_kda_gate_f_b(lower_bound, rows):
     # GLM-5.3-Flash's f_b: rank 128 in, 64 heads x 128 out, the decay gate in the epilogue
     check_gpu(spec_for(128, 8192, "none", "kda_gate", head_dim=128, lower_bound=lower_bound),
               rows, view=rows != 8, seed=900 + rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 8, 64, 512])
+def test_gpu_bf16_gated_norm_g_b(rows):
+    # GLM-5.3-Flash's g_b: rank 128 in, 64 heads x 128 out, KDA's o_norm in the epilogue
+    check_gpu(spec_for(128, 8192, "none", "gated_norm", group=128), rows, view=rows != 8,
+              seed=1400 + rows)
 
 
 @pytest.mark.gpu

@@ -24,6 +24,9 @@ spec, ...)` runs them in that order. out = epilogue(prologue(x) @ w.T), accumula
   "kda_gate" (spec.gate: KDA's decay gate on f_b's projection): out [rows, N] fp32 = the gate
   (`emitters.kda_gate`) of result + dt_bias (`dt=`), each column at its head's rate exp(A_log)
   (`alog=`);
+  "gated_norm" (spec.group: KDA's o_norm gated by g_b's projection): out [rows, N] = the gated
+  RMSNorm of normed[t] (`normed=` [rows, N], norm weight `nw=` [group]) over each group of
+  columns, times sigmoid(result); every tiling's column block is one group;
   "hc_post": out[t, j] = post[t, j] * result[t] + sum_i comb[t, i, j] * X[t, i], X = stream
   [rows, hc, N] fp32, over column chunks of the tile (out may be X: a chunk loads all its hc
   stream tiles before storing any). A step of more than SPLIT_ROWS rows runs it apart instead:
@@ -62,7 +65,7 @@ from hyperloom.passes.kernel_plan import APART_ROWS, folds
 
 PROLOGUES = ("none", "rmsnorm", "mean_rmsnorm", "gated_rmsnorm")
 NORM_KERNEL = ("mean_rmsnorm", "gated_rmsnorm")  # prologues run as a norm kernel into h first
-EPILOGUES = ("store", "swiglu", "residual", "hc_post", "kda_gate")
+EPILOGUES = ("store", "swiglu", "residual", "hc_post", "kda_gate", "gated_norm")
 SPLIT_ROWS = APART_ROWS  # hc_post epilogue: wider steps run the GEMM and hc_post apart
 
 
@@ -73,7 +76,7 @@ class MatmulSpec:
     prologue: str = "none"  # one of PROLOGUES
     eps: float = 1e-6  # norm prologues
     streams: int = 1  # mean_rmsnorm: x is [T, streams, K]
-    group: int = 0  # gated_rmsnorm: columns normed together (a head)
+    group: int = 0  # gated_rmsnorm, gated_norm: columns normed together (a head)
     epilogue: str = "store"  # "store" | "swiglu" | "residual" | "hc_post"
     limit: float | None = None  # swiglu clamp (None: plain SwiGLU)
     hc: int = 1  # hc_post: number of streams
@@ -102,10 +105,15 @@ class MatmulSpec:
         if self.streams < 1 or self.hc < 1:
             raise ValueError(f"streams={self.streams} and hc={self.hc} must be >= 1")
         gated = self.prologue == "gated_rmsnorm"
-        if gated != (self.group > 0) or (gated and (self.k % self.group
-                                                    or self.group & (self.group - 1))):
+        grouped = gated or self.epilogue == "gated_norm"
+        if grouped != (self.group > 0) or (gated and (self.k % self.group
+                                                      or self.group & (self.group - 1))):
             raise ValueError(f"gated_rmsnorm needs a power-of-two group dividing k={self.k}, "
                              f"got group={self.group} with prologue {self.prologue!r}")
+        if self.epilogue == "gated_norm" and (self.n % self.group or self.group & (self.group - 1)
+                                              or gated):
+            raise ValueError(f"the gated_norm epilogue needs a power-of-two group dividing "
+                             f"n={self.n} and no gated prologue, got group={self.group}")
 
     @property
     def n_out(self) -> int:
@@ -163,6 +171,8 @@ def _params(spec: MatmulSpec) -> list[str]:
         names += ["add_ptr", "sa_t"]
     if spec.epilogue == "kda_gate":
         names += ["bias_ptr", "alog_ptr"]
+    if spec.epilogue == "gated_norm":
+        names += ["normed_ptr", "nw_ptr", "sn_t"]
     names += ["rows", "sx_t", "so_t"]
     if spec.epilogue == "hc_post":
         names.append("so_h")
@@ -291,6 +301,8 @@ def _epilogue(spec: MatmulSpec) -> list[str]:
         return lines + [f"h = {g} * tl.sigmoid({g}) * {u}", store.format("h")]
     if spec.epilogue == "kda_gate":
         return lines + kda_gate.gate_lines(spec.gate, "acc", "rn", "n_ok") + [store.format("g")]
+    if spec.epilogue == "gated_norm":
+        return lines + _gated_norm(spec) + [store.format("y")]
     lines.append("s_rows = stream_ptr + rm64[:, None] * sst_t")
     if spec.addend:
         lines.append("acc += tl.load(add_ptr + rm64[:, None] * sa_t + rn[None, :], mask=o_ok, "
@@ -299,6 +311,15 @@ def _epilogue(spec: MatmulSpec) -> list[str]:
         return lines + ["r = tl.load(s_rows + rn[None, :], mask=o_ok, other=0.0)",
                         store.format("(r + acc)")]
     return lines + _hc_post(spec)
+
+
+def _gated_norm(spec: MatmulSpec) -> list[str]:
+    """The tile's columns are one group (BLOCK_N == group): its rows of `normed` load whole."""
+    return ["v = tl.load(normed_ptr + rm64[:, None] * sn_t + rn[None, :], mask=o_ok, "
+            "other=0.0).to(tl.float32)",
+            f"r = tl.rsqrt(tl.sum(v * v, axis=1) / {spec.group} + {float(spec.eps)!r})",
+            f"nw = tl.load(nw_ptr + rn % {spec.group}).to(tl.float32)",
+            "y = v * r[:, None] * nw[None, :] * tl.sigmoid(acc)"]
 
 
 EPI_LEVELS = 3  # tensor-core tiles: the hc_post epilogue walks 2**EPI_LEVELS column chunks
@@ -433,8 +454,11 @@ def source(name: str, spec: MatmulSpec, header: str = "") -> str:
 # ---------------------------------------------------------------- launch
 
 
-def _strides(spec: MatmulSpec, x, out, stream, post, comb, addend) -> dict[str, int]:
+def _strides(spec: MatmulSpec, x, out, stream, post, comb, addend,
+             normed=None) -> dict[str, int]:
     s = {"sx_t": x.stride(0), "so_t": out.stride(0)}
+    if spec.epilogue == "gated_norm":
+        s["sn_t"] = normed.stride(0)
     if spec.addend:
         s["sa_t"] = addend.stride(0)
     if spec.epilogue in ("residual", "hc_post"):
@@ -514,14 +538,17 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
                 rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
                 comb: torch.Tensor | None = None, site: Site | None = None,
                 dt: torch.Tensor | None = None, alog: torch.Tensor | None = None,
-                addend: torch.Tensor | None = None) -> None:
+                addend: torch.Tensor | None = None, normed: torch.Tensor | None = None,
+                nw: torch.Tensor | None = None) -> None:
     """The GEMM kernel of a spec whose prologue is none or rmsnorm (see gemm_spec) on the first
     `rows` rows; site: spec.site's operands (needed with spec.site); dt, alog: the kda_gate
-    epilogue's dt_bias and A_log; addend: spec.addend's rows."""
+    epilogue's dt_bias and A_log; addend: spec.addend's rows; normed, nw: the gated_norm
+    epilogue's rows and norm weight."""
     t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
              "comb_ptr": comb, "bias_ptr": dt, "alog_ptr": alog, "add_ptr": addend, "rows": rows,
-             **_strides(spec, x, out, stream, post, comb, addend)}
+             "normed_ptr": normed, "nw_ptr": nw,
+             **_strides(spec, x, out, stream, post, comb, addend, normed)}
     grid = (cdiv(rows, t.block_m) * cdiv(spec.n_out, t.block_n),)
     extra = {}
     if spec.site:
@@ -542,16 +569,17 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
            y: torch.Tensor | None = None, site: Site | None = None,
            gate: torch.Tensor | None = None, nw: torch.Tensor | None = None,
            dt: torch.Tensor | None = None, alog: torch.Tensor | None = None,
-           addend: torch.Tensor | None = None) -> None:
+           addend: torch.Tensor | None = None, normed: torch.Tensor | None = None) -> None:
     """Run the kernels of `source(..., spec)` (those of kernel_names, loaded, in order) on the
     first `rows` rows of the operands. mean_rmsnorm: h is the scratch of `scratch(...)` (at least
     `rows` rows); the norm kernel fills h[:rows], then the GEMM reads it as its x. hc_post: y
     is `scratch_y(...)`'s, needed when rows > SPLIT_ROWS. spec.site: `site` holds the site's
     operands, and a one-row step finishes it (finishes_site). gated_rmsnorm: gate and nw (the
     norm weight), and h (`scratch`) as for mean_rmsnorm. kda_gate: dt (dt_bias [N]) and alog
-    (A_log [heads]). spec.addend: addend [>= rows, N]."""
+    (A_log [heads]). spec.addend: addend [>= rows, N]. gated_norm: normed [>= rows, N] and
+    nw."""
     check_operands(spec, rows, x=x, w=w, out=out, stream=stream, post=post, comb=comb, h=h,
-                   gate=gate, nw=nw, dt=dt, alog=alog, addend=addend)
+                   gate=gate, nw=nw, dt=dt, alog=alog, addend=addend, normed=normed)
     require(len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names")
     if rows <= 0:
         return
@@ -571,4 +599,5 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
                        post=post, comb=comb, out=out, rows=rows)
         return
     launch_gemm(gemm, gemm_spec(spec), x=x, w=w, out=out, rows=rows, stream=stream,
-                post=post, comb=comb, site=site, dt=dt, alog=alog, addend=addend)
+                post=post, comb=comb, site=site, dt=dt, alog=alog, addend=addend, normed=normed,
+                nw=nw if spec.epilogue == "gated_norm" else None)

@@ -20,7 +20,7 @@ def _present(what: str, t) -> None:
 
 
 def check_operands(spec: MatmulSpec, rows: int, *, x, w, out, stream, post, comb, h, gate, nw,
-                   dt, alog, addend) -> None:
+                   dt, alog, addend, normed=None) -> None:
     """Shapes, rows and contiguous last dims of every operand the spec reads or writes."""
     _check_io(spec, rows, x, w, out)
     if spec.norm_kernel:
@@ -46,6 +46,13 @@ def check_operands(spec: MatmulSpec, rows: int, *, x, w, out, stream, post, comb
         require(gate is not None and gate.shape == x.shape and gate.stride(-1) == 1,
                 lambda: f"gated norm gate: {tuple(x.shape)} as x, contiguous last dim, got "
                         f"{_shape(gate)}")
+        require(nw is not None and tuple(nw.shape) == (spec.group,) and nw.is_contiguous(),
+                lambda: f"gated norm weight: contiguous [{spec.group}], got {_shape(nw)}")
+    if spec.epilogue == "gated_norm":
+        require(normed is not None and tuple(normed.shape[1:]) == (spec.n,)
+                and normed.shape[0] >= rows and normed.stride(-1) == 1,
+                lambda: f"gated norm epilogue normed: [>= {rows}, {spec.n}], got "
+                        f"{_shape(normed)} (a contiguous last dim)")
         require(nw is not None and tuple(nw.shape) == (spec.group,) and nw.is_contiguous(),
                 lambda: f"gated norm weight: contiguous [{spec.group}], got {_shape(nw)}")
     if spec.gate is not None:

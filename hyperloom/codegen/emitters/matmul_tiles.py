@@ -58,6 +58,8 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
         t = Tiles(128, 256, min(64, k_max), 16, 8, 3)
         if spec.epilogue in ("swiglu", "hc_post"):
             t = Tiles(128, 128, min(64, k_max), 16, 8, 3)
+    if spec.epilogue == "gated_norm":  # a column block is one norm group
+        t = dataclasses.replace(t, block_n=spec.group)
     return _fit_smem(spec, t, x_bytes, w_bytes)
 
 

@@ -20,7 +20,7 @@ EVAL: dict[Op, Callable] = {
     Op.HC_EXPAND: hc.hc_expand, Op.HC_PRE: hc.hc_pre, Op.HC_POST: hc.hc_post,
     Op.HC_HEAD_MEAN: hc.hc_head_mean, Op.NORM_LINEAR: fused.norm_linear,
     Op.SWIGLU_LINEAR: fused.swiglu_linear, Op.LINEAR_RESIDUAL: fused.linear_residual,
-    Op.LINEAR_KDA_GATE: fused.linear_kda_gate,
+    Op.LINEAR_KDA_GATE: fused.linear_kda_gate, Op.LINEAR_GATED_NORM: fused.linear_gated_norm,
     Op.LINEAR_HC_POST: fused.linear_hc_post, Op.ROPE_ATTENTION: fused.rope_attention,
     Op.EMBED_STREAMS: fused.embed_streams,
 }

@@ -53,6 +53,12 @@ def linear_kda_gate(ctx: Ctx, at: ops.KDAGateAttrs, x: torch.Tensor, w: torch.Te
     return kda.kda_gate(ctx, at, x @ w.T, dt_bias, a_log)
 
 
+def linear_gated_norm(ctx: Ctx, at: ops.GatedNormAttrs, x: torch.Tensor, w: torch.Tensor,
+                      normed: torch.Tensor, nw: torch.Tensor) -> torch.Tensor:
+    """g_b's projection as the gate of KDA's output norm over `normed` (the gate never rounded)."""
+    return dense.gated_rmsnorm(ctx, at, normed, x @ w.T, nw)
+
+
 def rope_attention(ctx: Ctx, at: ops.RopeAttentionAttrs, q, k, v, slot, pos) -> torch.Tensor:
     rope = at.rope()
     q, k = dense.rope(ctx, rope, q, pos), dense.rope(ctx, rope, k, pos)
