@@ -88,15 +88,19 @@ def test_plan_counts_the_chunked_kda_launches():
         assert k.launches_at(64, decode=True) == 1  # one row a sequence: the recurrent kernel
 
 
-def test_kda_output_norm_runs_before_o_proj():
-    # the gated norm is o_proj's prologue in the IR; it runs as a norm kernel before the GEMM
-    # (and hc_post apart above 64 rows)
+def test_kda_output_norm_is_g_b_s_epilogue():
+    # the gated norm runs in g_b's GEMM (one launch at every width), right before o_proj, which
+    # then has no prologue (one launch; hc_post apart above 64 rows)
     kernels = _plan("glm5next", "tiny").plan.kernels
     assert not any(k.node.op.value == "gated_rmsnorm" for k in kernels)
-    gated = [k for k in kernels if getattr(k.node.attrs, "group", 0)]
-    assert len(gated) == sum(k.emitter == "kda" for k in kernels) > 0
-    for k in gated:
-        assert [k.launches_at(r) for r in (1, 16, 17, 64, 65)] == [2, 2, 2, 2, 3]
+    at = [i for i, k in enumerate(kernels) if k.node.op.value == "linear_gated_norm"]
+    assert len(at) == sum(k.emitter == "kda" for k in kernels) > 0
+    for i in at:
+        assert [kernels[i].launches_at(r) for r in (1, 16, 17, 64, 65)] == [1] * 5
+        o_proj = kernels[i + 1]
+        assert o_proj.node.op.value == "linear_hc_post" and not o_proj.node.attrs.group
+        assert o_proj.node.args[0] == kernels[i].node.outs[0]
+        assert [o_proj.launches_at(r) for r in (1, 64, 65)] == [1, 1, 2]
 
 
 def test_plan_counts_hc_pre_launches():

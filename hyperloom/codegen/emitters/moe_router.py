@@ -37,6 +37,9 @@ MID_ROWS = 64
 WIDE_ROWS = 1024
 WIDE_SPLITS = 4
 SPLIT_MIN = 256  # the fewest H columns a split-K program reduces
+# the select kernel: a row's top-k is 3 k reductions over its E scores, each across every warp
+# of the program; one warp keeps them in shuffles (no shared-memory round trip)
+SELECT_WARPS = 1
 
 
 @dataclass(frozen=True)
@@ -246,4 +249,4 @@ def launch(kernels, spec: RouterSpec, *, x: torch.Tensor, w: torch.Tensor, bias:
     logits[grid](x, w, part, rows, x.stride(0), rows * spec.experts, SPLIT=split, BM=t.bm,
                  BN=t.bn, BK=t.bk, num_warps=t.warps, num_stages=t.stages)
     select[(rows,)](part, bias, weights, ids, rows * spec.experts, weights.stride(0),
-                    ids.stride(0), SPLITS=splits, num_warps=4)
+                    ids.stride(0), SPLITS=splits, num_warps=SELECT_WARPS)
