@@ -57,8 +57,9 @@ import torch
 from hyperloom.codegen.emitters import hc_post, hc_pre, kda_gate, norm
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.matmul_checks import check_operands
+from hyperloom.codegen.emitters.matmul_epilogues import epilogue, hc_post_helpers
 from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
-from hyperloom.codegen.emitters.text import pdl, wrap
+from hyperloom.codegen.emitters.text import indented, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
 from hyperloom.passes.kernel_plan import APART_ROWS, folds
@@ -245,12 +246,8 @@ def _loop(spec: MatmulSpec) -> list[str]:
         # and stays in the async-copy pipeline (reducing it in registers cost 2-3x here)
         gemv = ["a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)",
                 f"sqm = {_dot('a', 'tl.trans(a)', 'sqm', cast=False)}"] + _dots_of("a", spec)
-        body = ["if GEMV:"] + _indent(gemv) + ["else:"] + _indent(body)
-    return lines + _indent(body) + _normalize(spec)
-
-
-def _indent(lines: list[str]) -> list[str]:
-    return ["    " + line for line in lines]
+        body = ["if GEMV:"] + indented(gemv) + ["else:"] + indented(body)
+    return lines + indented(body) + _normalize(spec)
 
 
 def _dots_of(a: str, spec: MatmulSpec) -> list[str]:
@@ -288,114 +285,6 @@ def _dot(a: str, b: str, acc: str, cast: bool = True) -> str:
     return f"tl.dot({a}.to({b}.dtype), {b}, {acc})" if cast else f"tl.dot({a}, {b}, {acc})"
 
 
-def _epilogue(spec: MatmulSpec) -> list[str]:
-    lines = ["o_ok = m_ok[:, None] & n_ok[None, :]", "o_rows = out_ptr + rm64[:, None] * so_t"]
-    store = "tl.store(o_rows + rn[None, :], {}.to(out_ptr.dtype.element_ty), mask=o_ok)"
-    if spec.epilogue == "store":
-        return lines + [store.format("acc")]
-    if spec.epilogue == "swiglu":
-        g, u, lim = "acc_g", "acc_u", spec.limit
-        if lim is not None:
-            lines += [f"acc_g = tl.minimum(acc_g, {float(lim)!r})",
-                      f"acc_u = tl.minimum(tl.maximum(acc_u, {-float(lim)!r}), {float(lim)!r})"]
-        return lines + [f"h = {g} * tl.sigmoid({g}) * {u}", store.format("h")]
-    if spec.epilogue == "kda_gate":
-        return lines + kda_gate.gate_lines(spec.gate, "acc", "rn", "n_ok") + [store.format("g")]
-    if spec.epilogue == "gated_norm":
-        return lines + _gated_norm(spec) + [store.format("y")]
-    lines.append("s_rows = stream_ptr + rm64[:, None] * sst_t")
-    if spec.addend:
-        lines.append("acc += tl.load(add_ptr + rm64[:, None] * sa_t + rn[None, :], mask=o_ok, "
-                     "other=0.0).to(tl.float32)")
-    if spec.epilogue == "residual":
-        return lines + ["r = tl.load(s_rows + rn[None, :], mask=o_ok, other=0.0)",
-                        store.format("(r + acc)")]
-    return lines + _hc_post(spec)
-
-
-def _gated_norm(spec: MatmulSpec) -> list[str]:
-    """The tile's columns are one group (BLOCK_N == group): its rows of `normed` load whole."""
-    return ["v = tl.load(normed_ptr + rm64[:, None] * sn_t + rn[None, :], mask=o_ok, "
-            "other=0.0).to(tl.float32)",
-            f"r = tl.rsqrt(tl.sum(v * v, axis=1) / {spec.group} + {float(spec.eps)!r})",
-            f"nw = tl.load(nw_ptr + rn % {spec.group}).to(tl.float32)",
-            "y = v * r[:, None] * nw[None, :] * tl.sigmoid(acc)"]
-
-
-EPI_LEVELS = 3  # tensor-core tiles: the hc_post epilogue walks 2**EPI_LEVELS column chunks
-
-
-def _hc_post(spec: MatmulSpec) -> list[str]:
-    """hc_post over column chunks of the tile: one chunk's hc stream tiles live at a time (all
-    of them at once took 255 registers and kilobytes of spills at every tile size)."""
-    lines = ["p_rows = post_ptr + rm64 * sp_t", "c_rows = comb_ptr + rm64 * sc_t"]
-    args = "s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i"
-    lines += ["if GEMV:", f"    _hc_post_cols(acc, rn, m_ok, {spec.n_out}, {args})"]
-    if spec.site:
-        lines += ["    if SITE:"] + _indent(_indent(_site(spec)))
-    lines.append("else:")
-    chunks = [("acc", "")]
-    for level in range(1, EPI_LEVELS + 1):
-        halves = []
-        for name, bits in chunks:
-            lines.append(f"    {name}0, {name}1 = _halves({name}, BLOCK_M, BLOCK_N // "
-                         f"{2 ** level})")
-            halves += [(f"{name}0", bits + "0"), (f"{name}1", bits + "1")]
-        chunks = halves
-    width = f"BLOCK_N // {2 ** EPI_LEVELS}"
-    for name, bits in chunks:
-        lines += [f"    cn = pid_n * BLOCK_N + {int(bits, 2)} * ({width}) + tl.arange(0, {width})",
-                  f"    _hc_post_cols({name}, cn, m_ok, {spec.n_out}, {args})"]
-    return lines
-
-
-def _site(spec: MatmulSpec) -> list[str]:
-    """One-row GEMV of a site-feeding GEMM: this program's columns of X' @ fn^T (X' the new
-    streams it just stored) to the site's partials; the last program by ticket finishes the
-    row as hc_pre would (post, comb, y)."""
-    j, jp = hc_pre.projections(spec.site)
-    consts = ", ".join(hc_pre.finish_args(spec.site))
-    return [
-        "tl.debug_barrier()  # this program's new stream columns are stored",
-        f"jj = tl.arange(0, {jp})",
-        f"pj = tl.zeros(({jp},), tl.float32)",
-        f"for i in tl.static_range({spec.hc}):",
-        "    xs = tl.load(out_ptr + i * so_h + rn, mask=n_ok, other=0.0)",
-        f"    wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * {spec.n_out} + rn[None, :],",
-        f"                 mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)",
-        "    pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)",
-        f"tl.store(part_ptr + pid_n * {jp} + jj, pj)",
-        "tl.debug_barrier()  # every thread's partials are stored before the ticket",
-        "ticket = tl.atomic_add(count_ptr, 1, sem=\"acq_rel\")",
-        "if ticket == num_n - 1:",
-        "    tl.debug_barrier()",
-        "    tl.store(count_ptr, 0)",
-        *wrap("    _finish_row(", ["pid_m", "out_ptr", "base_ptr", "scale_ptr", "y_ptr",
-                                   "spost_ptr", "scomb_ptr", "part_ptr", "1", "num_n", "so_t",
-                                   "so_h", "s_y", "s_post", "s_comb", "s_comb_i", consts], ")",
-              16).splitlines(),
-    ]
-
-
-def _hc_post_helpers(spec: MatmulSpec) -> list[str]:
-    """`_halves` (a tile's left and right column halves) and `_hc_post_cols` (hc_post of one
-    column chunk; every stream tile is loaded before any store, so out may alias X)."""
-    n = spec.hc
-    body = [f"x{i} = tl.load(s_rows + {i} * sst_h + cn[None, :], mask=ok, other=0.0)"
-            for i in range(n)]
-    for j in range(n):
-        body.append(f"o = tl.load(p_rows + {j}, mask=m_ok, other=0.0)[:, None] * acc")
-        body += [f"o += tl.load(c_rows + {i} * sc_i + {j}, mask=m_ok, other=0.0)"
-                 f"[:, None] * x{i}" for i in range(n)]
-        body.append(f"tl.store(o_rows + {j} * so_h + cn[None, :], o, mask=ok)")
-    return ["@triton.jit", "def _halves(t, BM: tl.constexpr, W: tl.constexpr):",
-            "    return tl.split(tl.permute(tl.reshape(t, [BM, 2, W]), (0, 2, 1)))", "", "",
-            "@triton.jit",
-            "def _hc_post_cols(acc, cn, m_ok, n_out, s_rows, o_rows, p_rows, c_rows, sst_h, so_h,",
-            "                  sc_i):",
-            "    ok = m_ok[:, None] & (cn < n_out)[None, :]"] + _indent(body)
-
-
 def _mean_row(spec: MatmulSpec, policy: str) -> list[str]:
     """One BLOCK_K chunk of the stream mean m of row t, in fp32."""
     return ["kk = k0 + rk", f"k_ok = kk < {spec.k}",
@@ -416,18 +305,18 @@ def _norm_kernel(name: str, spec: MatmulSpec) -> list[str]:
             "x_row = x_ptr + t * sx_t", "h_row = h_ptr + t * sh_t", "rk = tl.arange(0, BLOCK_K)",
             "sq2 = tl.zeros([BLOCK_K], dtype=tl.float32)",
             f"for k0 in range(0, {spec.k}, BLOCK_K):"]
-    body += _indent(_mean_row(spec, "evict_last") + ["sq2 += m * m"])
+    body += indented(_mean_row(spec, "evict_last") + ["sq2 += m * m"])
     body += [f"scale = tl.rsqrt(tl.sum(sq2, axis=0) / {spec.k} + {float(spec.eps)!r})",
              f"for k0 in range(0, {spec.k}, BLOCK_K):"]
-    body += _indent(_mean_row(spec, "evict_first")
+    body += indented(_mean_row(spec, "evict_first")
                     + ["tl.store(h_row + kk, (m * scale).to(h_ptr.dtype.element_ty), mask=k_ok)"])
     return ["@triton.jit", f"def {name}(x_ptr, h_ptr, sx_t, sx_s, sh_t, BLOCK_K: tl.constexpr):"] \
-        + _indent(body)
+        + indented(body)
 
 
 def _gemm_kernel(name: str, spec: MatmulSpec) -> list[str]:
-    body = _setup(spec) + pdl("").splitlines() + _loop(spec) + _epilogue(spec)
-    return _signature(name, spec) + _indent(body)
+    body = _setup(spec) + pdl("").splitlines() + _loop(spec) + epilogue(spec)
+    return _signature(name, spec) + indented(body)
 
 
 def source(name: str, spec: MatmulSpec, header: str = "") -> str:
@@ -441,7 +330,7 @@ def source(name: str, spec: MatmulSpec, header: str = "") -> str:
         lines += norm.kernel_source(kernel_names(name, spec)[0], norm_spec(spec)).strip(
             "\n").splitlines() + ["", ""]
     if spec.epilogue == "hc_post":
-        lines += _hc_post_helpers(spec) + ["", ""]
+        lines += hc_post_helpers(spec) + ["", ""]
     if spec.site:
         lines += hc_pre.finish_source(spec.site).strip("\n").splitlines() + ["", ""]
     lines += _gemm_kernel(name, gemm_spec(spec))

@@ -31,6 +31,11 @@ def comment(header: str) -> str:
     return "".join(f"# {line}\n" for line in header.splitlines())
 
 
+def indented(lines: list[str]) -> list[str]:
+    """Source lines one level (four spaces) deeper."""
+    return ["    " + line for line in lines]
+
+
 def wrap(head: str, items: list[str], tail: str, indent: int) -> str:
     """head + items joined by ", " + tail, broken between items into lines of <= 100 columns
     (continuation lines start with `indent` spaces)."""
