@@ -12,19 +12,18 @@ run's first row (the tail chunk shorter): the chunk table (first row of each chu
 first chunk, and the counts. Computed on the device, so a launch never syncs with the host; the
 other grids are sized by bounds (runs <= min(rows, slots)) and spare programs exit.
 
-{name}_intra, grid (chunk bound, heads, C / 16): one 16-row block i of one chunk and head, over
-the head's whole width (every product is d deep). With G the cumulative log decay from the
-chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j) (j < i) and Aqk the same with q_i
-(j <= i), block row i: each block left of the diagonal a tl.dot of both sides decayed to the
-boundary between them (every exponent a sum of g over a span of rows, never positive: g <= 0);
-the diagonal block a tl.dot of k exp(G) and k exp(-G) where the block's decay keeps both within
-fp32 (STEEP), else a masked [DK, 16, 16] product of exponents <= 0, a channel tile at a time.
-Nothing overflows however steep the decay. Stores beta A's blocks, with T_ii = (I + A_ii)^-1 (a
-product of four factors) in place of the diagonal one, Aqk's blocks, and each row's (1 / |k|,
-scale / |q|, beta).
-
-{name}_solve, grid (chunk bound, heads): T = (I + A)^-1 from those blocks, T_ij = -T_ii
-sum_{j <= l < i} A_il T_lj, and Aqk T; stored in place ([C, C] each, lower blocks).
+{name}_intra, grid (chunk bound, heads): one chunk and head. With G the cumulative log decay
+from the chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j) (j < i) and Aqk the same
+with q_i (j <= i). Over channel steps of BKI, each 16-row block row of both is one batched
+product of its rows decayed to the block's first row f (exponents <= 0) and every key decayed
+to f: left of the block G_f - G_j <= 0, within it at most the block's own decay, which stays
+below STEEP unless the block is steep (right of it clamped; masked). A steep block's diagonal is
+then redone exactly, a masked [DK, 16, 16] product of exponents <= 0 a channel tile at a time.
+Nothing overflows however steep the decay. The norms, beta and the masks apply after the
+steps. Stores beta A and Aqk ([C, C] each) and each row's (1 / |k|, scale / |q|, beta); then,
+after a barrier, the solve: T = (I + A)^-1 from those blocks, T_ii = (I + A_ii)^-1 (a product
+of four factors), T_ij = -T_ii sum_{j <= l < i} A_il T_lj, and Aqk T, stored in place (lower
+blocks).
 
 {name}_rows, grid (chunk bound, heads, d / BK): one chunk, head and BK channels, with chunk-wide
 products: per row W = T (beta k exp(G)), U = T (beta v), Q' = q exp(G) - (Aqk T) (beta k exp(G)),
@@ -61,7 +60,9 @@ BK = 64  # channels per program of the row products: [C, BK] tiles beside T and 
 # 0.81, BK 32 0.94, BK 128 0.97); the walk 8 warps, 2 stages over fp16 products 0.72 ms (1
 # stage 0.86; 4 warps 0.99; BV 128 1.10; BV 32 0.77 to 0.89). Over fp32 products 2 stages need
 # more than the 227 KiB of shared memory: 1 stage.
-INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS = 2, 2, 4, 8
+INTRA_WARPS, ROWS_WARPS, WALK_WARPS = 8, 4, 8
+INTRA_BK = 32  # channels per step of the in-chunk products
+INTRA_PRECISION = "ieee"  # the in-chunk products of A and Aqk (the row products' note)
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
 # below fp32's normal range; a steeper block takes the exact [DK, 16, 16] form
@@ -132,9 +133,9 @@ def scratch(spec: KDAChunkSpec, rows: int, slots: int, device,
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
-    """(plan, in-chunk products, solve, row products, chunk walk) defined by source(name,
+    """(plan, in-chunk products and solve, row products, chunk walk) defined by source(name,
     ...), in launch order."""
-    return f"{name}_plan", f"{name}_intra", f"{name}_solve", f"{name}_rows", name
+    return f"{name}_plan", f"{name}_intra", f"{name}_rows", name
 
 
 # ---------------------------------------------------------------- source
@@ -150,6 +151,12 @@ def _mm(a, b):
     """The in-chunk and solve products in full fp32 (A feeds the solve, which amplifies its
     rounding; Aqk too, by test on the H200: the note on the row products)."""
     return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _mi(a, b):
+    """The in-chunk products of A and Aqk (INTRA_PRECISION)."""
+    return tl.dot(a, b, input_precision="{INTRA_PRECISION}")
 
 
 @triton.jit
@@ -249,75 +256,69 @@ def _block(b: str, at: str, pad: str = " " * 4) -> str:
             " == s)\n")
 
 
-_OWN_BLOCK = """    k = _tile(k_ptr, ri, mi, sk, cols)  # [BC, D]: the head's whole width
-    q = _tile(q_ptr, ri, mi, sq, cols)
-    nki = _rnorm(k)
-    nqi = _rnorm(q) * Q_SCALE
-    bi = tl.load(b_ptr + ri.to(tl.int64) * sb + h, mask=mi, other=0.)
-    bi = tl.where(mi, tl.sigmoid(bi.to(tl.float32)), 0.)
-    cf = coef_ptr + (ri.to(tl.int64) * H + h) * 4  # for the row products
-    tl.store(cf, nki, mask=mi)
-    tl.store(cf + 1, nqi, mask=mi)
-    tl.store(cf + 2, bi, mask=mi)
-    k *= nki[:, None]
-    q *= nqi[:, None]
-    gl = tl.cumsum(_tile(g_ptr, ri, mi, sg, cols), 0)  # log decay from the block's start
-    ki = k * tl.exp(gl)
-    qi = q * tl.exp(gl)
+# Every block row ib of A and Aqk in one batched product a channel step: the row block's side
+# decayed to its first row f (G - G_f <= 0), every key to f (G_f - G_j: <= 0 left of the block;
+# within it at most the block's own decay, which stays below STEEP unless the block is steep;
+# clamped to STEEP right of it, where the products are masked). Norms, beta and the masks apply
+# once, after the channel steps.
+_PRODUCTS_LOOP = """    for c0 in range(0, D, BKI):
+        col = h * D + c0 + tl.arange(0, BKI)
+        k = _tile(k_ptr, r, m, sk, col)  # [C, BKI]
+        q = _tile(q_ptr, r, m, sq, col)
+        gl = tl.cumsum(_tile(g_ptr, r, m, sg, col), 0)  # G from the chunk's start
+        nk2 += tl.sum(k * k, 1)
+        nq2 += tl.sum(q * q, 1)
+        g3 = tl.reshape(gl, [NB, BC, BKI])
+        gf = tl.sum(tl.where(first, g3, 0.), 1)  # [NB, BKI]: G at each block's first row
+        rise = tl.maximum(rise, gf - tl.sum(tl.where(last, g3, 0.), 1))
+        e = tl.exp(g3 - gf[:, None, :])
+        kj = k[None, :, :] * tl.exp(tl.minimum(gf[:, None, :] - gl[None, :, :], STEEP))
+        kj = tl.trans(kj, 0, 2, 1)  # [NB, BKI, C]
+        a += _mi(tl.reshape(k, [NB, BC, BKI]) * e, kj)
+        p += _mi(tl.reshape(q, [NB, BC, BKI]) * e, kj)
 """
 
-# the diagonal block: one product of k exp(G) and k exp(-G) while every channel's decay in the
-# block stays above -STEEP, else the exact form a channel tile at a time (rereading the tile)
-_DIAGONAL = """    if tl.min(gl) >= -STEEP:
-        kn = tl.trans(k * tl.exp(-gl))
-        ad = _mm(ki, kn)  # masked when stored
-        pd = _mm(qi, kn)
-    else:
-        ad = tl.zeros([BC, BC], dtype=tl.float32)
-        pd = tl.zeros([BC, BC], dtype=tl.float32)
-        for c0 in range(0, D, DK):
-            col = h * D + c0 + tl.arange(0, DK)
-            glt = tl.cumsum(_tile(g_ptr, ri, mi, sg, col), 0)
-            da, dq = _diag(_tile(k_ptr, ri, mi, sk, col) * nki[:, None],
-                           _tile(q_ptr, ri, mi, sq, col) * nqi[:, None], glt, BC)
-            ad += da
-            pd += dq
+_SCALE_STORE = """    nk = 1.0 / tl.sqrt(nk2 + 1e-6)  # semantics.kda.l2norm
+    nq = Q_SCALE / tl.sqrt(nq2 + 1e-6)
+    beta = tl.load(b_ptr + r.to(tl.int64) * sb + h, mask=m, other=0.)
+    beta = tl.where(m, tl.sigmoid(beta.to(tl.float32)), 0.)
+    cf = coef_ptr + (r.to(tl.int64) * H + h) * 4  # for the row products and a steep block
+    tl.store(cf, nk, mask=m)
+    tl.store(cf + 1, nq, mask=m)
+    tl.store(cf + 2, beta, mask=m)
+    row = tl.arange(0, NB)[:, None, None] * BC + j[None, :, None]  # [NB, BC, 1]
+    a = tl.where(row > t[None, None, :], a * tl.reshape(beta * nk, [NB, BC, 1]), 0.)
+    p = tl.where(row >= t[None, None, :], p * tl.reshape(nq, [NB, BC, 1]), 0.)
+    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + row * C + t[None, None, :]
+    tl.store(tp, a * nk[None, None, :])
+    tl.store(tp + C * C, p * nk[None, None, :])
 """
 
-
-def _left_blocks(nc: int) -> str:
-    """Blocks a{J}, p{J} left of the diagonal (J < ib), each one product over the head's width
-    of both sides decayed to the boundary between the blocks; J descends so that `span` sums g
-    over the blocks between J and ib (every exponent a sum of g <= 0)."""
-    out = ["".join(f"    a{x} = tl.zeros([BC, BC], dtype=tl.float32)\n"
-                   f"    p{x} = tl.zeros([BC, BC], dtype=tl.float32)\n" for x in range(nc - 1)),
-           "    span = tl.zeros([1, D], dtype=tl.float32)\n"]
-    for x in range(nc - 2, -1, -1):
-        out.append(f"    if {x} < ib:\n" + _block(str(x), str(x), " " * 8) +
-                   f"        gj = _tile(g_ptr, r{x}, m{x}, sg, cols)\n"
-                   "        gt = tl.sum(gj, 0)[None, :]\n"
-                   f"        kj = _tile(k_ptr, r{x}, m{x}, sk, cols)\n"
-                   "        kj *= _rnorm(kj)[:, None] * tl.exp(gt - tl.cumsum(gj, 0) + span)\n"
-                   f"        a{x} = _mm(ki, tl.trans(kj))\n"
-                   f"        p{x} = _mm(qi, tl.trans(kj))\n"
-                   "        span += gt\n")
-    return "".join(out)
-
-
-def _store_block(nc: int) -> str:
-    """beta A, T_ii = (I + A_ii)^-1 in A's diagonal block (the solve reads no other use of
-    it), and Aqk: row block ib of the chunk's [2, C, C] pair."""
-    out = ["    ad = tl.where(j[:, None] > j[None, :], ad, 0.) * bi[:, None]\n",
-           "    pd = tl.where(j[:, None] >= j[None, :], pd, 0.)\n",
-           "    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + (ib * BC + j)[:, None] * C "
-           "+ j[None, :]\n",
-           "    tl.store(tp + ib * BC, _unit_lower_inv(ad, BC))\n",
-           "    tl.store(tp + C * C + ib * BC, pd)\n"]
-    for x in range(nc - 1):
-        out.append(f"    if {x} < ib:\n"
-                   f"        tl.store(tp + {x * SUB}, a{x} * bi[:, None])\n"
-                   f"        tl.store(tp + C * C + {x * SUB}, p{x})\n")
-    return "".join(out)
+# a steep block's diagonal, exactly: a masked [DK, BC, BC] product of exponents <= 0, a channel
+# tile at a time, stored over the factored product's (after a barrier: other threads wrote it)
+_STEEP_BLOCKS = """    steep = tl.max(rise, 1) > STEEP  # [NB]
+    if tl.max(steep.to(tl.int32), 0) > 0:
+        tl.debug_barrier()
+        for ib in range(NB):
+            if tl.sum(tl.where(tl.arange(0, NB) == ib, steep.to(tl.int32), 0), 0) > 0:
+{block}                cb = coef_ptr + (ri.to(tl.int64) * H + h) * 4
+                nki = tl.load(cb, mask=mi, other=0.)
+                nqi = tl.load(cb + 1, mask=mi, other=0.)
+                bi = tl.load(cb + 2, mask=mi, other=0.)
+                ad = tl.zeros([BC, BC], dtype=tl.float32)
+                pd = tl.zeros([BC, BC], dtype=tl.float32)
+                for c1 in range(0, D, DK):
+                    cd = h * D + c1 + tl.arange(0, DK)
+                    glt = tl.cumsum(_tile(g_ptr, ri, mi, sg, cd), 0)
+                    da, dq = _diag(_tile(k_ptr, ri, mi, sk, cd) * nki[:, None],
+                                   _tile(q_ptr, ri, mi, sq, cd) * nqi[:, None], glt, BC)
+                    ad += da
+                    pd += dq
+                at = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + (ib * BC + j)[:, None] * C \\
+                    + ib * BC + j[None, :]
+                tl.store(at, ad * bi[:, None])
+                tl.store(at + C * C, pd)
+"""
 
 
 def _pairs(nc: int) -> list[tuple[int, int]]:
@@ -332,8 +333,10 @@ def _solve_body(nc: int) -> str:
            "+ j[None, :]\n"]
     for i, j in _pairs(nc):
         at = f"{i * SUB} * C + {j * SUB}"
-        out.append(f"    {'t' if i == j else 'a'}{i}_{j} = tl.load(tp + {at})\n"
-                   f"    p{i}_{j} = tl.load(tp + C * C + {at})\n")
+        load = f"tl.load(tp + {at})"
+        out.append(f"    t{i}_{i} = _unit_lower_inv({load}, BC)\n" if i == j else
+                   f"    a{i}_{j} = {load}\n")
+        out.append(f"    p{i}_{j} = tl.load(tp + C * C + {at})\n")
     for i in range(nc):
         for j in range(i - 1, -1, -1):
             terms = " + ".join(f"_mm(a{i}_{x}, t{x}_{j})" for x in range(j, i))
@@ -343,8 +346,7 @@ def _solve_body(nc: int) -> str:
         out.append(f"    p{i}_{j} = {terms}\n")
     for i, j in _pairs(nc):
         at = f"{i * SUB} * C + {j * SUB}"
-        if i != j:
-            out.append(f"    tl.store(tp + {at}, t{i}_{j})\n")
+        out.append(f"    tl.store(tp + {at}, t{i}_{j})\n")
         out.append(f"    tl.store(tp + C * C + {at}, p{i}_{j})\n")
     return "".join(out)
 
@@ -372,29 +374,29 @@ _CHUNK_HEAD = """    i = tl.program_id(0)
 
 
 def _intra(name: str, spec: KDAChunkSpec) -> str:
-    nc = spec.chunk // SUB
+    nb = spec.chunk // SUB
+    consts = [f"NB: tl.constexpr = {nb}", f"BC: tl.constexpr = {SUB}",
+              f"BKI: tl.constexpr = {min(INTRA_BK, spec.head_dim)}",
+              f"DK: tl.constexpr = {min(DK, spec.head_dim)}",
+              f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}",
+              f"STEEP: tl.constexpr = {STEEP}"]
     return f'''
 @triton.jit
-{wrap(f"def {name}_intra(", _INTRA_ARGS + [f"BC: tl.constexpr = {SUB}",
-      f"DK: tl.constexpr = {min(DK, spec.head_dim)}",
-      f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}",
-      f"STEEP: tl.constexpr = {STEEP}"], "):", 8)}
-{_CHUNK_HEAD}    ib = tl.program_id(2)  # this program's row block
+{wrap(f"def {name}_intra(", _INTRA_ARGS + consts, "):", 8)}
+{_CHUNK_HEAD}    t = tl.arange(0, C)
+    r = row0 + t
+    m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
     j = tl.arange(0, BC)
-    cols = h * D + tl.arange(0, D)
-{_block("i", "ib")}{_OWN_BLOCK}{_DIAGONAL}{_left_blocks(nc)}{_store_block(nc)}'''
-
-
-def _solve(name: str, spec: KDAChunkSpec) -> str:
-    return f'''
-@triton.jit
-def {name}_solve(tp_ptr, count_ptr, H: tl.constexpr, C: tl.constexpr, BC: tl.constexpr = {SUB}):
-    i = tl.program_id(0)
-    h = tl.program_id(1)
-    if i >= tl.load(count_ptr):  # past the step's chunks
-        return
-    j = tl.arange(0, BC)
-{_solve_body(spec.chunk // SUB)}'''
+    first = j[None, :, None] == 0
+    last = j[None, :, None] == BC - 1
+    a = tl.zeros([NB, BC, C], dtype=tl.float32)  # beta A by block rows, then Aqk
+    p = tl.zeros([NB, BC, C], dtype=tl.float32)
+    nk2 = tl.zeros([C], dtype=tl.float32)
+    nq2 = tl.zeros([C], dtype=tl.float32)
+    rise = tl.zeros([NB, BKI], dtype=tl.float32)  # each block's own decay, channel by channel
+{_PRODUCTS_LOOP}{_SCALE_STORE}{_STEEP_BLOCKS.format(block=_block("i", "ib", " " * 16))}\
+    tl.debug_barrier()  # the solve reads blocks other threads stored
+{_solve_body(nb)}'''
 
 
 def _rows(name: str) -> str:
@@ -471,10 +473,9 @@ def source(name: str, spec: KDAChunkSpec, header: str = "") -> str:
     return f'''{comment(header)}import triton
 import triton.language as tl
 
-{HELPERS}
+{HELPERS.replace("{INTRA_PRECISION}", INTRA_PRECISION)}
 {_plan(name)}
 {_intra(name, spec)}
-{_solve(name, spec)}
 {_rows(name)}
 {_walk(name)}'''
 
@@ -527,16 +528,15 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     if work is None:
         work = scratch(spec, rows, state.shape[0], q.device, q.dtype)
     _check(spec, q, k, v, g, b, state, out, work, rows)
-    plan, intra, solve, rows_k, walk = kernels
+    plan, intra, rows_k, walk = kernels
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     runs, chunks = bounds(spec, rows, state.shape[0])
     tables = (work.chunks, work.count)
     products = (work.w, work.u, work.qp, work.oi, work.kd, work.decay)
     plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
-    intra[(chunks, h, c // SUB)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
+    intra[(chunks, h)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
                                  b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c,
                                  num_warps=INTRA_WARPS)
-    solve[(chunks, h)](work.tp, work.count, H=h, C=c, num_warps=SOLVE_WARPS)
     bk = min(BK, d)
     rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
                                  g.stride(0), *tables, *products, work.tp, work.coef, H=h, D=d,
