@@ -28,10 +28,10 @@ blocks).
 {name}_rows, grid (chunk bound, heads, d / BK): one chunk, head and BK channels, with chunk-wide
 products: per row W = T (beta k exp(G)), U = T (beta v), Q' = q exp(G) - (Aqk T) (beta k exp(G)),
 O' = (Aqk T) (beta v), K' = k exp(G_last - G), and exp(G_last) per chunk; W, Q' and K' stored
-in fp16 under 16-bit activations (`narrow_dtype`). Products on tensor cores in TF32 on the GPU;
-the in-chunk kernel's and the solve's stay full fp32: with TF32 A and Aqk, or TF32 Aqk alone,
-5 of the 4501 prefill rows of GLM-5.3-Flash's first 4 layers in bf16 on the H200 sat over the
-tie rule's 2e-2 against the reference (4 allowed), with both in fp32 2.
+in fp16 under 16-bit activations (`narrow_dtype`). Products on tensor cores in TF32 on the GPU,
+as are the in-chunk products of A and Aqk (INTRA_PRECISION; on the H200 at 64 heads x 128 and
+8192 bf16 rows, out 2.2e-3 from the fp32 reference against 1.8e-3 with them in full fp32, state
+8.0e-4 either way); the solve's stay full fp32.
 
 {name}, grid (d / BV, heads, run bound): walks its run's chunks in order with S[:, BV columns]
 in registers, loaded once from state[slot] and stored once: V' = U - W S; o = O' + Q' S;
@@ -60,9 +60,9 @@ BK = 64  # channels per program of the row products: [C, BK] tiles beside T and 
 # 0.81, BK 32 0.94, BK 128 0.97); the walk 8 warps, 2 stages over fp16 products 0.72 ms (1
 # stage 0.86; 4 warps 0.99; BV 128 1.10; BV 32 0.77 to 0.89). Over fp32 products 2 stages need
 # more than the 227 KiB of shared memory: 1 stage.
-INTRA_WARPS, ROWS_WARPS, WALK_WARPS = 8, 4, 8
-INTRA_BK = 32  # channels per step of the in-chunk products
-INTRA_PRECISION = "ieee"  # the in-chunk products of A and Aqk (the row products' note)
+INTRA_WARPS, INTRA_STAGES, ROWS_WARPS, WALK_WARPS = 4, 2, 4, 8
+INTRA_BK = 16  # channels per step of the in-chunk products
+INTRA_PRECISION = "tf32"  # the in-chunk products of A and Aqk (the row products' note)
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
 # below fp32's normal range; a steeper block takes the exact [DK, 16, 16] form
@@ -148,8 +148,7 @@ def _max(a, b):
 
 @triton.jit
 def _mm(a, b):
-    """The in-chunk and solve products in full fp32 (A feeds the solve, which amplifies its
-    rounding; Aqk too, by test on the H200: the note on the row products)."""
+    """The solve's products in full fp32 (it amplifies the rounding of what it reads)."""
     return tl.dot(a, b, input_precision="ieee")
 
 
@@ -536,7 +535,7 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
     intra[(chunks, h)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
                                  b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c,
-                                 num_warps=INTRA_WARPS)
+                                 num_warps=INTRA_WARPS, num_stages=INTRA_STAGES)
     bk = min(BK, d)
     rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
                                  g.stride(0), *tables, *products, work.tp, work.coef, H=h, D=d,
