@@ -184,7 +184,7 @@ def test_prefill_runs_the_chunked_kernel_when_there_is_one(no_fla):
     over a chunk and a ragged tail, checked like the recurrent kernel."""
     pytest.importorskip("hyperloom.codegen.emitters.kda_chunk")
     r = _bench().prefill(70)
-    assert r.extra["ours_kernel"] == "emitters.kda_chunk (chunk 64)" and r.kernels == 4
+    assert r.extra["ours_kernel"] == "emitters.kda_chunk (chunk 64)" and r.kernels == 5
     assert r.rel_err <= 1e-4
 
 

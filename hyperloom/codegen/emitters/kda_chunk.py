@@ -60,7 +60,7 @@ BK = 64  # channels per program of the row products: [C, BK] tiles beside T and 
 # 0.81, BK 32 0.94, BK 128 0.97); the walk 8 warps, 2 stages over fp16 products 0.72 ms (1
 # stage 0.86; 4 warps 0.99; BV 128 1.10; BV 32 0.77 to 0.89). Over fp32 products 2 stages need
 # more than the 227 KiB of shared memory: 1 stage.
-INTRA_WARPS, INTRA_STAGES, ROWS_WARPS, WALK_WARPS = 4, 2, 4, 8
+INTRA_WARPS, INTRA_STAGES, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, WALK_STAGES = 4, 2, 2, 4, 8, 2
 INTRA_BK = 16  # channels per step of the in-chunk products
 INTRA_PRECISION = "tf32"  # the in-chunk products of A and Aqk (the row products' note)
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
@@ -133,9 +133,9 @@ def scratch(spec: KDAChunkSpec, rows: int, slots: int, device,
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
-    """(plan, in-chunk products and solve, row products, chunk walk) defined by source(name,
+    """(plan, in-chunk products, solve, row products, chunk walk) defined by source(name,
     ...), in launch order."""
-    return f"{name}_plan", f"{name}_intra", f"{name}_rows", name
+    return f"{name}_plan", f"{name}_intra", f"{name}_solve", f"{name}_rows", name
 
 
 # ---------------------------------------------------------------- source
@@ -255,68 +255,66 @@ def _block(b: str, at: str, pad: str = " " * 4) -> str:
             " == s)\n")
 
 
-# Every block row ib of A and Aqk in one batched product a channel step: the row block's side
-# decayed to its first row f (G - G_f <= 0), every key to f (G_f - G_j: <= 0 left of the block;
-# within it at most the block's own decay, which stays below STEEP unless the block is steep;
-# clamped to STEEP right of it, where the products are masked). Norms, beta and the masks apply
+# Block row ib of A and Aqk, a product a channel step: the block's rows decayed to its first row f
+# (G - G_f <= 0), the chunk's keys to f (G_f - G_j: <= 0 left of the block; within it at most the
+# block's own decay, below STEEP unless the block is steep; clamped to STEEP right of it, where
+# the products are masked). Keys past the block read as zeros. Norms, beta and the masks apply
 # once, after the channel steps.
 _PRODUCTS_LOOP = """    for c0 in range(0, D, BKI):
         col = h * D + c0 + tl.arange(0, BKI)
-        k = _tile(k_ptr, r, m, sk, col)  # [C, BKI]
-        q = _tile(q_ptr, r, m, sq, col)
-        gl = tl.cumsum(_tile(g_ptr, r, m, sg, col), 0)  # G from the chunk's start
+        k = _tile(k_ptr, r, mk, sk, col)  # [C, BKI]: the keys up to the block's last row
+        gk = _tile(g_ptr, r, mk, sg, col)
         nk2 += tl.sum(k * k, 1)
-        nq2 += tl.sum(q * q, 1)
-        g3 = tl.reshape(gl, [NB, BC, BKI])
-        gf = tl.sum(tl.where(first, g3, 0.), 1)  # [NB, BKI]: G at each block's first row
-        rise = tl.maximum(rise, gf - tl.sum(tl.where(last, g3, 0.), 1))
-        e = tl.exp(g3 - gf[:, None, :])
-        kj = k[None, :, :] * tl.exp(tl.minimum(gf[:, None, :] - gl[None, :, :], STEEP))
-        kj = tl.trans(kj, 0, 2, 1)  # [NB, BKI, C]
-        a += _mi(tl.reshape(k, [NB, BC, BKI]) * e, kj)
-        p += _mi(tl.reshape(q, [NB, BC, BKI]) * e, kj)
+        ki = _tile(k_ptr, ri, mi, sk, col)  # [BC, BKI]: the block's rows
+        qi = _tile(q_ptr, ri, mi, sq, col)
+        gi = tl.cumsum(_tile(g_ptr, ri, mi, sg, col), 0)
+        nki2 += tl.sum(ki * ki, 1)
+        nqi2 += tl.sum(qi * qi, 1)
+        g0 = tl.sum(tl.where(j[:, None] == 0, gi, 0.), 0)  # [BKI]
+        rise = tl.maximum(rise, g0 - tl.sum(tl.where(j[:, None] == BC - 1, gi, 0.), 0))
+        e = tl.exp(gi - g0[None, :])
+        # G_f - G_j as sums of g over the rows between (differences of chunk-wide sums would
+        # carry their rounding, up to |G| eps, into every factor)
+        up = tl.where(t[:, None] <= ib * BC, gk, 0.)
+        x = tl.cumsum(up, 0, reverse=True) - up - tl.cumsum(gk - up, 0)
+        kj = tl.trans(k * tl.exp(tl.minimum(x, STEEP)))  # [BKI, C]
+        a += _mi(ki * e, kj)
+        p += _mi(qi * e, kj)
 """
 
 _SCALE_STORE = """    nk = 1.0 / tl.sqrt(nk2 + 1e-6)  # semantics.kda.l2norm
-    nq = Q_SCALE / tl.sqrt(nq2 + 1e-6)
-    beta = tl.load(b_ptr + r.to(tl.int64) * sb + h, mask=m, other=0.)
-    beta = tl.where(m, tl.sigmoid(beta.to(tl.float32)), 0.)
-    cf = coef_ptr + (r.to(tl.int64) * H + h) * 4  # for the row products and a steep block
-    tl.store(cf, nk, mask=m)
-    tl.store(cf + 1, nq, mask=m)
-    tl.store(cf + 2, beta, mask=m)
-    row = tl.arange(0, NB)[:, None, None] * BC + j[None, :, None]  # [NB, BC, 1]
-    a = tl.where(row > t[None, None, :], a * tl.reshape(beta * nk, [NB, BC, 1]), 0.)
-    p = tl.where(row >= t[None, None, :], p * tl.reshape(nq, [NB, BC, 1]), 0.)
-    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + row * C + t[None, None, :]
-    tl.store(tp, a * nk[None, None, :])
-    tl.store(tp + C * C, p * nk[None, None, :])
+    nki = 1.0 / tl.sqrt(nki2 + 1e-6)
+    nqi = Q_SCALE / tl.sqrt(nqi2 + 1e-6)
+    bi = tl.load(b_ptr + ri.to(tl.int64) * sb + h, mask=mi, other=0.)
+    bi = tl.where(mi, tl.sigmoid(bi.to(tl.float32)), 0.)
+    cf = coef_ptr + (ri.to(tl.int64) * H + h) * 4  # for the row products
+    tl.store(cf, nki, mask=mi)
+    tl.store(cf + 1, nqi, mask=mi)
+    tl.store(cf + 2, bi, mask=mi)
+    row = (ib * BC + j)[:, None]
+    a = tl.where(row > t[None, :], a * (bi * nki)[:, None] * nk[None, :], 0.)
+    p = tl.where(row >= t[None, :], p * nqi[:, None] * nk[None, :], 0.)
+    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + row * C + t[None, :]
+    tl.store(tp, a)
+    tl.store(tp + C * C, p)
 """
 
 # a steep block's diagonal, exactly: a masked [DK, BC, BC] product of exponents <= 0, a channel
 # tile at a time, stored over the factored product's (after a barrier: other threads wrote it)
-_STEEP_BLOCKS = """    steep = tl.max(rise, 1) > STEEP  # [NB]
-    if tl.max(steep.to(tl.int32), 0) > 0:
+_STEEP_BLOCK = """    if tl.max(rise, 0) > STEEP:
         tl.debug_barrier()
-        for ib in range(NB):
-            if tl.sum(tl.where(tl.arange(0, NB) == ib, steep.to(tl.int32), 0), 0) > 0:
-{block}                cb = coef_ptr + (ri.to(tl.int64) * H + h) * 4
-                nki = tl.load(cb, mask=mi, other=0.)
-                nqi = tl.load(cb + 1, mask=mi, other=0.)
-                bi = tl.load(cb + 2, mask=mi, other=0.)
-                ad = tl.zeros([BC, BC], dtype=tl.float32)
-                pd = tl.zeros([BC, BC], dtype=tl.float32)
-                for c1 in range(0, D, DK):
-                    cd = h * D + c1 + tl.arange(0, DK)
-                    glt = tl.cumsum(_tile(g_ptr, ri, mi, sg, cd), 0)
-                    da, dq = _diag(_tile(k_ptr, ri, mi, sk, cd) * nki[:, None],
-                                   _tile(q_ptr, ri, mi, sq, cd) * nqi[:, None], glt, BC)
-                    ad += da
-                    pd += dq
-                at = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + (ib * BC + j)[:, None] * C \\
-                    + ib * BC + j[None, :]
-                tl.store(at, ad * bi[:, None])
-                tl.store(at + C * C, pd)
+        ad = tl.zeros([BC, BC], dtype=tl.float32)
+        pd = tl.zeros([BC, BC], dtype=tl.float32)
+        for c1 in range(0, D, DK):
+            cd = h * D + c1 + tl.arange(0, DK)
+            glt = tl.cumsum(_tile(g_ptr, ri, mi, sg, cd), 0)
+            da, dq = _diag(_tile(k_ptr, ri, mi, sk, cd) * nki[:, None],
+                           _tile(q_ptr, ri, mi, sq, cd) * nqi[:, None], glt, BC)
+            ad += da
+            pd += dq
+        at = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + row * C + ib * BC + j[None, :]
+        tl.store(at, ad * bi[:, None])
+        tl.store(at + C * C, pd)
 """
 
 
@@ -373,29 +371,38 @@ _CHUNK_HEAD = """    i = tl.program_id(0)
 
 
 def _intra(name: str, spec: KDAChunkSpec) -> str:
-    nb = spec.chunk // SUB
-    consts = [f"NB: tl.constexpr = {nb}", f"BC: tl.constexpr = {SUB}",
-              f"BKI: tl.constexpr = {min(INTRA_BK, spec.head_dim)}",
+    consts = [f"BC: tl.constexpr = {SUB}", f"BKI: tl.constexpr = {min(INTRA_BK, spec.head_dim)}",
               f"DK: tl.constexpr = {min(DK, spec.head_dim)}",
               f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}",
               f"STEEP: tl.constexpr = {STEEP}"]
     return f'''
 @triton.jit
 {wrap(f"def {name}_intra(", _INTRA_ARGS + consts, "):", 8)}
-{_CHUNK_HEAD}    t = tl.arange(0, C)
+{_CHUNK_HEAD}    ib = tl.program_id(2)  # this program's block row
+    t = tl.arange(0, C)
+    j = tl.arange(0, BC)
     r = row0 + t
     m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
-    j = tl.arange(0, BC)
-    first = j[None, :, None] == 0
-    last = j[None, :, None] == BC - 1
-    a = tl.zeros([NB, BC, C], dtype=tl.float32)  # beta A by block rows, then Aqk
-    p = tl.zeros([NB, BC, C], dtype=tl.float32)
+    mk = m & (t < (ib + 1) * BC)  # the keys left of the block and its own
+{_block("i", "ib")}    a = tl.zeros([BC, C], dtype=tl.float32)  # beta A's block row, then Aqk's
+    p = tl.zeros([BC, C], dtype=tl.float32)
     nk2 = tl.zeros([C], dtype=tl.float32)
-    nq2 = tl.zeros([C], dtype=tl.float32)
-    rise = tl.zeros([NB, BKI], dtype=tl.float32)  # each block's own decay, channel by channel
-{_PRODUCTS_LOOP}{_SCALE_STORE}{_STEEP_BLOCKS.format(block=_block("i", "ib", " " * 16))}\
-    tl.debug_barrier()  # the solve reads blocks other threads stored
-{_solve_body(nb)}'''
+    nki2 = tl.zeros([BC], dtype=tl.float32)
+    nqi2 = tl.zeros([BC], dtype=tl.float32)
+    rise = tl.zeros([BKI], dtype=tl.float32)  # the block's own decay, channel by channel
+{_PRODUCTS_LOOP}{_SCALE_STORE}{_STEEP_BLOCK}'''
+
+
+def _solve(name: str, spec: KDAChunkSpec) -> str:
+    return f'''
+@triton.jit
+def {name}_solve(tp_ptr, count_ptr, H: tl.constexpr, C: tl.constexpr, BC: tl.constexpr = {SUB}):
+    i = tl.program_id(0)
+    h = tl.program_id(1)
+    if i >= tl.load(count_ptr):  # past the step's chunks
+        return
+    j = tl.arange(0, BC)
+{_solve_body(spec.chunk // SUB)}'''
 
 
 def _rows(name: str) -> str:
@@ -428,7 +435,7 @@ def _rows(name: str) -> str:
     _put(oi_ptr + ofs, _tc(pt, y), live)
     _put(qp_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e - _tc(pt, x), live)
     total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
-    _put(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), live)
+    _put(kd_ptr + ofs, k * tl.exp(tl.cumsum(g, 0, reverse=True) - g), live)  # G_last - G
     tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(total))
 '''
 
@@ -475,6 +482,7 @@ import triton.language as tl
 {HELPERS.replace("{INTRA_PRECISION}", INTRA_PRECISION)}
 {_plan(name)}
 {_intra(name, spec)}
+{_solve(name, spec)}
 {_rows(name)}
 {_walk(name)}'''
 
@@ -527,15 +535,16 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     if work is None:
         work = scratch(spec, rows, state.shape[0], q.device, q.dtype)
     _check(spec, q, k, v, g, b, state, out, work, rows)
-    plan, intra, rows_k, walk = kernels
+    plan, intra, solve, rows_k, walk = kernels
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     runs, chunks = bounds(spec, rows, state.shape[0])
     tables = (work.chunks, work.count)
     products = (work.w, work.u, work.qp, work.oi, work.kd, work.decay)
     plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
-    intra[(chunks, h)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
+    intra[(chunks, h, c // SUB)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
                                  b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c,
                                  num_warps=INTRA_WARPS, num_stages=INTRA_STAGES)
+    solve[(chunks, h)](work.tp, work.count, H=h, C=c, num_warps=SOLVE_WARPS)
     bk = min(BK, d)
     rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
                                  g.stride(0), *tables, *products, work.tp, work.coef, H=h, D=d,
@@ -544,4 +553,4 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     walk[(d // bv, h, runs)](slot, state, out, rows, out.stride(0), state.stride(0),
                              state.stride(1), work.chunks, work.runs, work.count, *products,
                              H=h, D=d, C=c, BV=bv, num_warps=WALK_WARPS,
-                             num_stages=2 if work.w.element_size() == 2 else 1)
+                             num_stages=WALK_STAGES if work.w.element_size() == 2 else 1)
