@@ -93,11 +93,10 @@ def _kda_chunk_kernels() -> dict[str, tuple[dict, dict, int, int, tuple[str, ...
     types = rows | ints | tables | products
     shape = {"H": 64, "D": 128, "C": 64}
     strided = ("sq", "sk", "sv", "sg", "so", "st_slot", "st_head")
-    return {"intra": (types, shape, kda_chunk.INTRA_WARPS, kda_chunk.INTRA_STAGES, strided),
+    return {"intra": (types, shape, kda_chunk.INTRA_WARPS, 1, strided),
             "solve": (types, shape, kda_chunk.SOLVE_WARPS, 1, ()),
             "rows": (types, shape | {"BK": kda_chunk.BK}, kda_chunk.ROWS_WARPS, 1, strided),
-            "": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.WALK_WARPS, kda_chunk.WALK_STAGES,
-                 strided)}
+            "": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.WALK_WARPS, 2, strided)}
 
 
 @pytest.mark.parametrize("kernel", ["intra", "solve", "rows", ""])

@@ -12,26 +12,27 @@ run's first row (the tail chunk shorter): the chunk table (first row of each chu
 first chunk, and the counts. Computed on the device, so a launch never syncs with the host; the
 other grids are sized by bounds (runs <= min(rows, slots)) and spare programs exit.
 
-{name}_intra, grid (chunk bound, heads): one chunk and head. With G the cumulative log decay
-from the chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j) (j < i) and Aqk the same
-with q_i (j <= i). Over channel steps of BKI, each 16-row block row of both is one batched
-product of its rows decayed to the block's first row f (exponents <= 0) and every key decayed
-to f: left of the block G_f - G_j <= 0, within it at most the block's own decay, which stays
-below STEEP unless the block is steep (right of it clamped; masked). A steep block's diagonal is
-then redone exactly, a masked [DK, 16, 16] product of exponents <= 0 a channel tile at a time.
-Nothing overflows however steep the decay. The norms, beta and the masks apply after the
-steps. Stores beta A and Aqk ([C, C] each) and each row's (1 / |k|, scale / |q|, beta); then,
-after a barrier, the solve: T = (I + A)^-1 from those blocks, T_ii = (I + A_ii)^-1 (a product
-of four factors), T_ij = -T_ii sum_{j <= l < i} A_il T_lj, and Aqk T, stored in place (lower
-blocks).
+{name}_intra, grid (chunk bound, heads, C / 16): one 16-row block i of one chunk and head, over
+the head's whole width (every product is d deep). With G the cumulative log decay from the
+chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j) (j < i) and Aqk the same with q_i
+(j <= i), block row i: each block left of the diagonal a tl.dot of both sides decayed to the
+boundary between them (every exponent a sum of g over a span of rows, never positive: g <= 0);
+the diagonal block a tl.dot of k exp(G) and k exp(-G) where the block's decay keeps both within
+fp32 (STEEP), else a masked [DK, 16, 16] product of exponents <= 0, a channel tile at a time.
+Nothing overflows however steep the decay. Stores beta A's blocks, with T_ii = (I + A_ii)^-1 (a
+product of four factors) in place of the diagonal one, Aqk's blocks, and each row's (1 / |k|,
+scale / |q|, beta).
+
+{name}_solve, grid (chunk bound, heads): T = (I + A)^-1 from those blocks, T_ij = -T_ii
+sum_{j <= l < i} A_il T_lj, and Aqk T; stored in place ([C, C] each, lower blocks).
 
 {name}_rows, grid (chunk bound, heads, d / BK): one chunk, head and BK channels, with chunk-wide
 products: per row W = T (beta k exp(G)), U = T (beta v), Q' = q exp(G) - (Aqk T) (beta k exp(G)),
 O' = (Aqk T) (beta v), K' = k exp(G_last - G), and exp(G_last) per chunk; W, Q' and K' stored
 in fp16 under 16-bit activations (`narrow_dtype`). Products on tensor cores in TF32 on the GPU,
-as are the in-chunk products of A and Aqk (INTRA_PRECISION; on the H200 at 64 heads x 128 and
-8192 bf16 rows, out 2.2e-3 from the fp32 reference against 1.8e-3 with them in full fp32, state
-8.0e-4 either way); the solve's stay full fp32.
+as are the in-chunk kernel's products of A and Aqk (on the H200 at 64 heads x 128 and 8192 bf16
+rows: out 2.3e-3 from the fp32 reference against 1.8e-3 with them in fp32, state 8.0e-4
+either way); T_ii's factors and the solve's products stay full fp32.
 
 {name}, grid (d / BV, heads, run bound): walks its run's chunks in order with S[:, BV columns]
 in registers, loaded once from state[slot] and stored once: V' = U - W S; o = O' + Q' S;
@@ -54,15 +55,16 @@ BV = 64  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
 BK = 64  # channels per program of the row products: [C, BK] tiles beside T and Aqk T
 # Launch shapes measured on the H200 at 64 heads x 128, 8192 tokens, bf16 in (sweeps of this
 # module's kernels, BENCHMARKS.md): the in-chunk kernel whole-width at 2 warps 2.29 ms with
-# full-fp32 products (4 warps 2.43, 8 warps 4.04), 0.95 ms with all of them TF32 (4 warps 1.65,
-# 1 warp 1.52), too coarse (the row products' note); solve 2 warps 145 us (4: 163, 8: 227);
+# full-fp32 products (4 warps 2.43, 8 warps 4.04), 0.95 ms (0.83 in a later run) with A and Aqk
+# in TF32 (4 warps 1.65, 1 warp 1.52); solve 2 warps 145 us (4: 163, 8: 227). Also measured
+# there and not kept: one (chunk, head) program over 16-channel steps, each block row one
+# batched [4, 16, 64] product, the solve after a barrier (1.10 ms with the solve, 0.88 without;
+# 255 registers at 4 warps); one block row a program over channel steps (1.9 ms);
 # row products BK 64 at 4 warps 0.87 ms with U and O' in fp32 (8 warps 1.23; all five in fp16
 # 0.81, BK 32 0.94, BK 128 0.97); the walk 8 warps, 2 stages over fp16 products 0.72 ms (1
 # stage 0.86; 4 warps 0.99; BV 128 1.10; BV 32 0.77 to 0.89). Over fp32 products 2 stages need
 # more than the 227 KiB of shared memory: 1 stage.
-INTRA_WARPS, INTRA_STAGES, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, WALK_STAGES = 4, 2, 2, 4, 8, 2
-INTRA_BK = 16  # channels per step of the in-chunk products
-INTRA_PRECISION = "tf32"  # the in-chunk products of A and Aqk (the row products' note)
+INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS = 2, 2, 4, 8
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
 # below fp32's normal range; a steeper block takes the exact [DK, 16, 16] form
@@ -148,14 +150,16 @@ def _max(a, b):
 
 @triton.jit
 def _mm(a, b):
-    """The solve's products in full fp32 (it amplifies the rounding of what it reads)."""
+    """The solve's products and T_ii's factors in full fp32 (the solve amplifies the rounding
+    of what it reads)."""
     return tl.dot(a, b, input_precision="ieee")
 
 
 @triton.jit
 def _mi(a, b):
-    """The in-chunk products of A and Aqk (INTRA_PRECISION)."""
-    return tl.dot(a, b, input_precision="{INTRA_PRECISION}")
+    """The in-chunk products of A and Aqk on tensor cores (tf32: the note on the row
+    products)."""
+    return tl.dot(a, b, input_precision="tf32")
 
 
 @triton.jit
@@ -255,67 +259,75 @@ def _block(b: str, at: str, pad: str = " " * 4) -> str:
             " == s)\n")
 
 
-# Block row ib of A and Aqk, a product a channel step: the block's rows decayed to its first row f
-# (G - G_f <= 0), the chunk's keys to f (G_f - G_j: <= 0 left of the block; within it at most the
-# block's own decay, below STEEP unless the block is steep; clamped to STEEP right of it, where
-# the products are masked). Keys past the block read as zeros. Norms, beta and the masks apply
-# once, after the channel steps.
-_PRODUCTS_LOOP = """    for c0 in range(0, D, BKI):
-        col = h * D + c0 + tl.arange(0, BKI)
-        k = _tile(k_ptr, r, mk, sk, col)  # [C, BKI]: the keys up to the block's last row
-        gk = _tile(g_ptr, r, mk, sg, col)
-        nk2 += tl.sum(k * k, 1)
-        ki = _tile(k_ptr, ri, mi, sk, col)  # [BC, BKI]: the block's rows
-        qi = _tile(q_ptr, ri, mi, sq, col)
-        gi = tl.cumsum(_tile(g_ptr, ri, mi, sg, col), 0)
-        nki2 += tl.sum(ki * ki, 1)
-        nqi2 += tl.sum(qi * qi, 1)
-        g0 = tl.sum(tl.where(j[:, None] == 0, gi, 0.), 0)  # [BKI]
-        rise = tl.maximum(rise, g0 - tl.sum(tl.where(j[:, None] == BC - 1, gi, 0.), 0))
-        e = tl.exp(gi - g0[None, :])
-        # G_f - G_j as sums of g over the rows between (differences of chunk-wide sums would
-        # carry their rounding, up to |G| eps, into every factor)
-        up = tl.where(t[:, None] <= ib * BC, gk, 0.)
-        x = tl.cumsum(up, 0, reverse=True) - up - tl.cumsum(gk - up, 0)
-        kj = tl.trans(k * tl.exp(tl.minimum(x, STEEP)))  # [BKI, C]
-        a += _mi(ki * e, kj)
-        p += _mi(qi * e, kj)
-"""
-
-_SCALE_STORE = """    nk = 1.0 / tl.sqrt(nk2 + 1e-6)  # semantics.kda.l2norm
-    nki = 1.0 / tl.sqrt(nki2 + 1e-6)
-    nqi = Q_SCALE / tl.sqrt(nqi2 + 1e-6)
+_OWN_BLOCK = """    k = _tile(k_ptr, ri, mi, sk, cols)  # [BC, D]: the head's whole width
+    q = _tile(q_ptr, ri, mi, sq, cols)
+    nki = _rnorm(k)
+    nqi = _rnorm(q) * Q_SCALE
     bi = tl.load(b_ptr + ri.to(tl.int64) * sb + h, mask=mi, other=0.)
     bi = tl.where(mi, tl.sigmoid(bi.to(tl.float32)), 0.)
     cf = coef_ptr + (ri.to(tl.int64) * H + h) * 4  # for the row products
     tl.store(cf, nki, mask=mi)
     tl.store(cf + 1, nqi, mask=mi)
     tl.store(cf + 2, bi, mask=mi)
-    row = (ib * BC + j)[:, None]
-    a = tl.where(row > t[None, :], a * (bi * nki)[:, None] * nk[None, :], 0.)
-    p = tl.where(row >= t[None, :], p * nqi[:, None] * nk[None, :], 0.)
-    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + row * C + t[None, :]
-    tl.store(tp, a)
-    tl.store(tp + C * C, p)
+    k *= nki[:, None]
+    q *= nqi[:, None]
+    gl = tl.cumsum(_tile(g_ptr, ri, mi, sg, cols), 0)  # log decay from the block's start
+    ki = k * tl.exp(gl)
+    qi = q * tl.exp(gl)
 """
 
-# a steep block's diagonal, exactly: a masked [DK, BC, BC] product of exponents <= 0, a channel
-# tile at a time, stored over the factored product's (after a barrier: other threads wrote it)
-_STEEP_BLOCK = """    if tl.max(rise, 0) > STEEP:
-        tl.debug_barrier()
+# the diagonal block: one product of k exp(G) and k exp(-G) while every channel's decay in the
+# block stays above -STEEP, else the exact form a channel tile at a time (rereading the tile)
+_DIAGONAL = """    if tl.min(gl) >= -STEEP:
+        kn = tl.trans(k * tl.exp(-gl))
+        ad = _mi(ki, kn)  # masked when stored
+        pd = _mi(qi, kn)
+    else:
         ad = tl.zeros([BC, BC], dtype=tl.float32)
         pd = tl.zeros([BC, BC], dtype=tl.float32)
-        for c1 in range(0, D, DK):
-            cd = h * D + c1 + tl.arange(0, DK)
-            glt = tl.cumsum(_tile(g_ptr, ri, mi, sg, cd), 0)
-            da, dq = _diag(_tile(k_ptr, ri, mi, sk, cd) * nki[:, None],
-                           _tile(q_ptr, ri, mi, sq, cd) * nqi[:, None], glt, BC)
+        for c0 in range(0, D, DK):
+            col = h * D + c0 + tl.arange(0, DK)
+            glt = tl.cumsum(_tile(g_ptr, ri, mi, sg, col), 0)
+            da, dq = _diag(_tile(k_ptr, ri, mi, sk, col) * nki[:, None],
+                           _tile(q_ptr, ri, mi, sq, col) * nqi[:, None], glt, BC)
             ad += da
             pd += dq
-        at = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + row * C + ib * BC + j[None, :]
-        tl.store(at, ad * bi[:, None])
-        tl.store(at + C * C, pd)
 """
+
+
+def _left_blocks(nc: int) -> str:
+    """Blocks a{J}, p{J} left of the diagonal (J < ib), each one product over the head's width
+    of both sides decayed to the boundary between the blocks; J descends so that `span` sums g
+    over the blocks between J and ib (every exponent a sum of g <= 0)."""
+    out = ["".join(f"    a{x} = tl.zeros([BC, BC], dtype=tl.float32)\n"
+                   f"    p{x} = tl.zeros([BC, BC], dtype=tl.float32)\n" for x in range(nc - 1)),
+           "    span = tl.zeros([1, D], dtype=tl.float32)\n"]
+    for x in range(nc - 2, -1, -1):
+        out.append(f"    if {x} < ib:\n" + _block(str(x), str(x), " " * 8) +
+                   f"        gj = _tile(g_ptr, r{x}, m{x}, sg, cols)\n"
+                   "        gt = tl.sum(gj, 0)[None, :]\n"
+                   f"        kj = _tile(k_ptr, r{x}, m{x}, sk, cols)\n"
+                   "        kj *= _rnorm(kj)[:, None] * tl.exp(gt - tl.cumsum(gj, 0) + span)\n"
+                   f"        a{x} = _mi(ki, tl.trans(kj))\n"
+                   f"        p{x} = _mi(qi, tl.trans(kj))\n"
+                   "        span += gt\n")
+    return "".join(out)
+
+
+def _store_block(nc: int) -> str:
+    """beta A, T_ii = (I + A_ii)^-1 in A's diagonal block (the solve reads no other use of
+    it), and Aqk: row block ib of the chunk's [2, C, C] pair."""
+    out = ["    ad = tl.where(j[:, None] > j[None, :], ad, 0.) * bi[:, None]\n",
+           "    pd = tl.where(j[:, None] >= j[None, :], pd, 0.)\n",
+           "    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + (ib * BC + j)[:, None] * C "
+           "+ j[None, :]\n",
+           "    tl.store(tp + ib * BC, _unit_lower_inv(ad, BC))\n",
+           "    tl.store(tp + C * C + ib * BC, pd)\n"]
+    for x in range(nc - 1):
+        out.append(f"    if {x} < ib:\n"
+                   f"        tl.store(tp + {x * SUB}, a{x} * bi[:, None])\n"
+                   f"        tl.store(tp + C * C + {x * SUB}, p{x})\n")
+    return "".join(out)
 
 
 def _pairs(nc: int) -> list[tuple[int, int]]:
@@ -330,10 +342,8 @@ def _solve_body(nc: int) -> str:
            "+ j[None, :]\n"]
     for i, j in _pairs(nc):
         at = f"{i * SUB} * C + {j * SUB}"
-        load = f"tl.load(tp + {at})"
-        out.append(f"    t{i}_{i} = _unit_lower_inv({load}, BC)\n" if i == j else
-                   f"    a{i}_{j} = {load}\n")
-        out.append(f"    p{i}_{j} = tl.load(tp + C * C + {at})\n")
+        out.append(f"    {'t' if i == j else 'a'}{i}_{j} = tl.load(tp + {at})\n"
+                   f"    p{i}_{j} = tl.load(tp + C * C + {at})\n")
     for i in range(nc):
         for j in range(i - 1, -1, -1):
             terms = " + ".join(f"_mm(a{i}_{x}, t{x}_{j})" for x in range(j, i))
@@ -343,7 +353,8 @@ def _solve_body(nc: int) -> str:
         out.append(f"    p{i}_{j} = {terms}\n")
     for i, j in _pairs(nc):
         at = f"{i * SUB} * C + {j * SUB}"
-        out.append(f"    tl.store(tp + {at}, t{i}_{j})\n")
+        if i != j:
+            out.append(f"    tl.store(tp + {at}, t{i}_{j})\n")
         out.append(f"    tl.store(tp + C * C + {at}, p{i}_{j})\n")
     return "".join(out)
 
@@ -371,26 +382,17 @@ _CHUNK_HEAD = """    i = tl.program_id(0)
 
 
 def _intra(name: str, spec: KDAChunkSpec) -> str:
-    consts = [f"BC: tl.constexpr = {SUB}", f"BKI: tl.constexpr = {min(INTRA_BK, spec.head_dim)}",
-              f"DK: tl.constexpr = {min(DK, spec.head_dim)}",
-              f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}",
-              f"STEEP: tl.constexpr = {STEEP}"]
+    nc = spec.chunk // SUB
     return f'''
 @triton.jit
-{wrap(f"def {name}_intra(", _INTRA_ARGS + consts, "):", 8)}
-{_CHUNK_HEAD}    ib = tl.program_id(2)  # this program's block row
-    t = tl.arange(0, C)
+{wrap(f"def {name}_intra(", _INTRA_ARGS + [f"BC: tl.constexpr = {SUB}",
+      f"DK: tl.constexpr = {min(DK, spec.head_dim)}",
+      f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}",
+      f"STEEP: tl.constexpr = {STEEP}"], "):", 8)}
+{_CHUNK_HEAD}    ib = tl.program_id(2)  # this program's row block
     j = tl.arange(0, BC)
-    r = row0 + t
-    m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
-    mk = m & (t < (ib + 1) * BC)  # the keys left of the block and its own
-{_block("i", "ib")}    a = tl.zeros([BC, C], dtype=tl.float32)  # beta A's block row, then Aqk's
-    p = tl.zeros([BC, C], dtype=tl.float32)
-    nk2 = tl.zeros([C], dtype=tl.float32)
-    nki2 = tl.zeros([BC], dtype=tl.float32)
-    nqi2 = tl.zeros([BC], dtype=tl.float32)
-    rise = tl.zeros([BKI], dtype=tl.float32)  # the block's own decay, channel by channel
-{_PRODUCTS_LOOP}{_SCALE_STORE}{_STEEP_BLOCK}'''
+    cols = h * D + tl.arange(0, D)
+{_block("i", "ib")}{_OWN_BLOCK}{_DIAGONAL}{_left_blocks(nc)}{_store_block(nc)}'''
 
 
 def _solve(name: str, spec: KDAChunkSpec) -> str:
@@ -479,7 +481,7 @@ def source(name: str, spec: KDAChunkSpec, header: str = "") -> str:
     return f'''{comment(header)}import triton
 import triton.language as tl
 
-{HELPERS.replace("{INTRA_PRECISION}", INTRA_PRECISION)}
+{HELPERS}
 {_plan(name)}
 {_intra(name, spec)}
 {_solve(name, spec)}
@@ -543,7 +545,7 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
     intra[(chunks, h, c // SUB)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
                                  b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c,
-                                 num_warps=INTRA_WARPS, num_stages=INTRA_STAGES)
+                                 num_warps=INTRA_WARPS)
     solve[(chunks, h)](work.tp, work.count, H=h, C=c, num_warps=SOLVE_WARPS)
     bk = min(BK, d)
     rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
@@ -553,4 +555,4 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     walk[(d // bv, h, runs)](slot, state, out, rows, out.stride(0), state.stride(0),
                              state.stride(1), work.chunks, work.runs, work.count, *products,
                              H=h, D=d, C=c, BV=bv, num_warps=WALK_WARPS,
-                             num_stages=WALK_STAGES if work.w.element_size() == 2 else 1)
+                             num_stages=2 if work.w.element_size() == 2 else 1)
