@@ -437,7 +437,7 @@ def _rows(name: str) -> str:
     _put(oi_ptr + ofs, _tc(pt, y), live)
     _put(qp_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e - _tc(pt, x), live)
     total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
-    _put(kd_ptr + ofs, k * tl.exp(tl.cumsum(g, 0, reverse=True) - g), live)  # G_last - G
+    _put(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), live)
     tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(total))
 '''
 
