@@ -156,15 +156,9 @@ def _mm(a, b):
 
 
 @triton.jit
-def _mi(a, b):
-    """The in-chunk products of A and Aqk on tensor cores (tf32: the note on the row
-    products)."""
-    return tl.dot(a, b, input_precision="tf32")
-
-
-@triton.jit
 def _tc(a, b):
-    """The row products on tensor cores (tf32, as the chunk walk's)."""
+    """The in-chunk products of A and Aqk and the row products on tensor cores (tf32, as the
+    chunk walk's: the note on the row products)."""
     return tl.dot(a, b, input_precision="tf32")
 
 
@@ -280,8 +274,8 @@ _OWN_BLOCK = """    k = _tile(k_ptr, ri, mi, sk, cols)  # [BC, D]: the head's wh
 # block stays above -STEEP, else the exact form a channel tile at a time (rereading the tile)
 _DIAGONAL = """    if tl.min(gl) >= -STEEP:
         kn = tl.trans(k * tl.exp(-gl))
-        ad = _mi(ki, kn)  # masked when stored
-        pd = _mi(qi, kn)
+        ad = _tc(ki, kn)  # masked when stored
+        pd = _tc(qi, kn)
     else:
         ad = tl.zeros([BC, BC], dtype=tl.float32)
         pd = tl.zeros([BC, BC], dtype=tl.float32)
@@ -308,8 +302,8 @@ def _left_blocks(nc: int) -> str:
                    "        gt = tl.sum(gj, 0)[None, :]\n"
                    f"        kj = _tile(k_ptr, r{x}, m{x}, sk, cols)\n"
                    "        kj *= _rnorm(kj)[:, None] * tl.exp(gt - tl.cumsum(gj, 0) + span)\n"
-                   f"        a{x} = _mi(ki, tl.trans(kj))\n"
-                   f"        p{x} = _mi(qi, tl.trans(kj))\n"
+                   f"        a{x} = _tc(ki, tl.trans(kj))\n"
+                   f"        p{x} = _tc(qi, tl.trans(kj))\n"
                    "        span += gt\n")
     return "".join(out)
 
