@@ -33,7 +33,7 @@ APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of it
 GEMV_ROWS = 16  # the most rows a GEMM takes its GEMV tiling for
 HC_WIDE_ROWS = 512  # above this many rows hc_pre's finish is gates + apply (emitters.hc_pre)
 KDA_CHUNKED_ROWS = 32  # a step whose longest run has this many rows takes the chunked KDA form
-KDA_CHUNK_LAUNCHES = 5  # its kernels (emitters.kda_chunk.kernel_names)
+KDA_CHUNK_LAUNCHES = 6  # its kernels (emitters.kda_chunk.kernel_names)
 
 
 def folds(rows: int) -> bool:

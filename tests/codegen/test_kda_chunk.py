@@ -217,11 +217,11 @@ def test_bad_inputs_are_refused() -> None:
     half = kda_chunk.scratch(spec, 20, step.slots, "cpu", torch.float16)
     half = dataclasses.replace(half, u=half.u.half())  # U scales with v: fp32 only
     with pytest.raises(ValueError, match=r"scratch dtypes: .*'u': torch.float16"):
-        kda_chunk.launch((None,) * 5, spec, q=step.q, k=step.k, v=step.v, g=step.g, b=step.b,
+        kda_chunk.launch((None,) * 6, spec, q=step.q, k=step.k, v=step.v, g=step.g, b=step.b,
                          slot=step.slot, state=step.state, out=step.out, rows=20, work=half)
     small = kda_chunk.scratch(spec, 10, step.slots, "cpu")
     with pytest.raises(ValueError, match=r"scratch w: .*\(20, 2, 16\).*\(10, 2, 16\)"):
-        kda_chunk.launch((None,) * 5, spec, q=step.q, k=step.k, v=step.v, g=step.g, b=step.b,
+        kda_chunk.launch((None,) * 6, spec, q=step.q, k=step.k, v=step.v, g=step.g, b=step.b,
                          slot=step.slot, state=step.state, out=step.out, rows=20, work=small)
 
 

@@ -88,18 +88,19 @@ def _kda_chunk_kernels() -> dict[str, tuple[dict, dict, int, int, tuple[str, ...
     ints = {n: "i32" for n in ("rows", "sq", "sk", "sv", "sg", "sb", "so", "st_slot", "st_head")}
     tables = {"slot_ptr": "*i64", "chunk_ptr": "*i32", "count_ptr": "*i32", "run_ptr": "*i32",
               "tp_ptr": "*fp32", "coef_ptr": "*fp32", "o_ptr": "*bf16", "state_ptr": "*fp32"}
-    products = {"w_ptr": "*fp16", "u_ptr": "*fp32", "qp_ptr": "*fp16", "oi_ptr": "*fp32",
-                "kd_ptr": "*fp16", "decay_ptr": "*fp32"}
+    products = {"w_ptr": "*fp16", "u_ptr": "*fp32", "kd_ptr": "*fp16", "decay_ptr": "*fp32",
+                "hs_ptr": "*fp32"}
     types = rows | ints | tables | products
     shape = {"H": 64, "D": 128, "C": 64}
     strided = ("sq", "sk", "sv", "sg", "so", "st_slot", "st_head")
     return {"intra": (types, shape, kda_chunk.INTRA_WARPS, 1, strided),
             "solve": (types, shape, kda_chunk.SOLVE_WARPS, 1, ()),
             "rows": (types, shape | {"BK": kda_chunk.BK}, kda_chunk.ROWS_WARPS, 1, strided),
-            "": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.WALK_WARPS, 2, strided)}
+            "": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.WALK_WARPS, 2, strided),
+            "out": (types, shape | {"BO": kda_chunk.BO}, kda_chunk.OUT_WARPS, 1, strided)}
 
 
-@pytest.mark.parametrize("kernel", ["intra", "solve", "rows", ""])
+@pytest.mark.parametrize("kernel", ["intra", "solve", "rows", "", "out"])
 def test_kda_chunk_kernels_fit_shared_memory(kernel: str, tmp_path) -> None:
     """The chunked KDA prefill's kernels (the walk with its two stages of fp16 products)."""
     with overrides(interpret=False):

@@ -52,7 +52,8 @@ CHUNK = 64  # rows per chunk: the products' tile height
 SUB = 16  # rows per block of the in-chunk matrices (the smallest tl.dot tile)
 DK = 16  # channels per step of a steep diagonal block's exact [DK, 16, 16] product
 BV = 64  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
-BK = 64  # channels per program of the row products: [C, BK] tiles beside T and Aqk T
+BK = 64  # channels per program of the row products: [C, BK] tiles beside T
+BO = 64  # output columns (dv) per program of the output kernel
 # Launch shapes measured on the H200 at 64 heads x 128, 8192 tokens, bf16 in (sweeps of this
 # module's kernels, BENCHMARKS.md): the in-chunk kernel whole-width at 2 warps 2.29 ms with
 # full-fp32 products (4 warps 2.43, 8 warps 4.04), 0.95 ms (0.83 in a later run) with A and Aqk
@@ -64,7 +65,7 @@ BK = 64  # channels per program of the row products: [C, BK] tiles beside T and 
 # 0.81, BK 32 0.94, BK 128 0.97); the walk 8 warps, 2 stages over fp16 products 0.72 ms (1
 # stage 0.86; 4 warps 0.99; BV 128 1.10; BV 32 0.77 to 0.89). Over fp32 products 2 stages need
 # more than the 227 KiB of shared memory: 1 stage.
-INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS = 2, 2, 4, 8
+INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, OUT_WARPS = 2, 2, 4, 8, 4
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
 # below fp32's normal range; a steeper block takes the exact [DK, 16, 16] form
@@ -92,12 +93,11 @@ class KDAChunkScratch:
     runs: torch.Tensor  # int32 [run bound + 1]: each run's first chunk, then the chunk count
     chunks: torch.Tensor  # int32 [chunk bound]: each chunk's first row
     w: torch.Tensor  # narrow [rows, heads, d]: T (beta k exp(G))
-    u: torch.Tensor  # fp32 [rows, heads, d]: T (beta v)
-    qp: torch.Tensor  # narrow [rows, heads, d]: Q' = q exp(G) - Aqk W
-    oi: torch.Tensor  # fp32 [rows, heads, d]: O' = Aqk U
+    u: torch.Tensor  # fp32 [rows, heads, d]: T (beta v), then V' = U - W S (the walk)
     kd: torch.Tensor  # narrow [rows, heads, d]: K' = k exp(G_last - G)
     decay: torch.Tensor  # fp32 [chunk bound, heads, d]: exp(G_last)
-    tp: torch.Tensor  # fp32 [chunk bound, heads, 2, C, C]: T, Aqk T (lower blocks only)
+    tp: torch.Tensor  # fp32 [chunk bound, heads, 2, C, C]: T, Aqk (lower blocks only)
+    hs: torch.Tensor  # fp32 [chunk bound, heads, d, d]: the state each chunk starts from
     coef: torch.Tensor  # fp32 [rows, heads, 4]: 1 / |k|, scale / |q|, beta, unused
 
 
@@ -125,19 +125,18 @@ def scratch(spec: KDAChunkSpec, rows: int, slots: int, device,
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     i32, f32 = dict(dtype=torch.int32, device=device), dict(dtype=torch.float32, device=device)
     n = max(chunks, 1)
-    w, u, qp, oi, kd = (torch.empty((rows, h, d), dtype=t, device=device)
-                        for t in (narrow, torch.float32, narrow, torch.float32, narrow))
+    w, u, kd = (torch.empty((rows, h, d), dtype=t, device=device)
+                for t in (narrow, torch.float32, narrow))
     return KDAChunkScratch(
         torch.zeros(2, **i32), torch.zeros(runs + 1, **i32), torch.zeros(n, **i32),
-        w, u, qp, oi, kd,
-        torch.empty((n, h, d), **f32), torch.empty((n, h, 2, c, c), **f32),
-        torch.empty((rows, h, 4), **f32))
+        w, u, kd, torch.empty((n, h, d), **f32), torch.empty((n, h, 2, c, c), **f32),
+        torch.empty((n, h, d, d), **f32), torch.empty((rows, h, 4), **f32))
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
-    """(plan, in-chunk products, solve, row products, chunk walk) defined by source(name,
-    ...), in launch order."""
-    return f"{name}_plan", f"{name}_intra", f"{name}_solve", f"{name}_rows", name
+    """(plan, in-chunk products, solve, row products, chunk walk, output) defined by
+    source(name, ...), in launch order."""
+    return f"{name}_plan", f"{name}_intra", f"{name}_solve", f"{name}_rows", name, f"{name}_out"
 
 
 # ---------------------------------------------------------------- source
@@ -330,39 +329,33 @@ def _pairs(nc: int) -> list[tuple[int, int]]:
 
 def _solve_body(nc: int) -> str:
     """T from its diagonal blocks (the in-chunk kernel's) and beta A's lower blocks: for j < i
-    T_ij = -T_ii sum_{j <= l < i} A_il T_lj; then Aqk T (blocks p{I}_{J}); both stored in
-    place of A and Aqk (their lower blocks: the row products read the others as zeros)."""
+    T_ij = -T_ii sum_{j <= l < i} A_il T_lj, stored in place of A (its lower blocks: the row
+    products read the others as zeros)."""
     out = ["    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + j[:, None] * C "
            "+ j[None, :]\n"]
     for i, j in _pairs(nc):
-        at = f"{i * SUB} * C + {j * SUB}"
-        out.append(f"    {'t' if i == j else 'a'}{i}_{j} = tl.load(tp + {at})\n"
-                   f"    p{i}_{j} = tl.load(tp + C * C + {at})\n")
+        out.append(f"    {'t' if i == j else 'a'}{i}_{j} = tl.load(tp + {i * SUB} * C + {j * SUB})\n")
     for i in range(nc):
         for j in range(i - 1, -1, -1):
             terms = " + ".join(f"_mm(a{i}_{x}, t{x}_{j})" for x in range(j, i))
-            out.append(f"    t{i}_{j} = -_mm(t{i}_{i}, {terms})\n")
-    for i, j in _pairs(nc):  # in place, j ascending: p{i}_{x >= j} are still Aqk here
-        terms = " + ".join(f"_mm(p{i}_{x}, t{x}_{j})" for x in range(j, i + 1))
-        out.append(f"    p{i}_{j} = {terms}\n")
-    for i, j in _pairs(nc):
-        at = f"{i * SUB} * C + {j * SUB}"
-        if i != j:
-            out.append(f"    tl.store(tp + {at}, t{i}_{j})\n")
-        out.append(f"    tl.store(tp + C * C + {at}, p{i}_{j})\n")
+            out.append(f"    t{i}_{j} = -_mm(t{i}_{i}, {terms})\n"
+                       f"    tl.store(tp + {i * SUB} * C + {j * SUB}, t{i}_{j})\n")
     return "".join(out)
 
 
-_PRODUCTS = ["w_ptr", "u_ptr", "qp_ptr", "oi_ptr", "kd_ptr", "decay_ptr"]
+_PRODUCTS = ["w_ptr", "u_ptr", "kd_ptr", "decay_ptr"]
 _INTRA_ARGS = ["q_ptr", "k_ptr", "g_ptr", "b_ptr", "slot_ptr", "rows", "sq", "sk", "sg", "sb",
                "chunk_ptr", "count_ptr", "tp_ptr", "coef_ptr", "H: tl.constexpr",
                "D: tl.constexpr", "C: tl.constexpr"]
-_ROWS_ARGS = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "slot_ptr", "rows", "sq", "sk", "sv", "sg",
-              "chunk_ptr", "count_ptr", *_PRODUCTS, "tp_ptr", "coef_ptr", "H: tl.constexpr",
-              "D: tl.constexpr", "C: tl.constexpr", "BK: tl.constexpr"]
-_WALK_ARGS = ["slot_ptr", "state_ptr", "o_ptr", "rows", "so", "st_slot", "st_head", "chunk_ptr",
-              "run_ptr", "count_ptr", *_PRODUCTS, "H: tl.constexpr", "D: tl.constexpr",
+_ROWS_ARGS = ["k_ptr", "v_ptr", "g_ptr", "slot_ptr", "rows", "sk", "sv", "sg", "chunk_ptr",
+              "count_ptr", *_PRODUCTS, "tp_ptr", "coef_ptr", "H: tl.constexpr", "D: tl.constexpr",
+              "C: tl.constexpr", "BK: tl.constexpr"]
+_WALK_ARGS = ["slot_ptr", "state_ptr", "rows", "st_slot", "st_head", "chunk_ptr", "run_ptr",
+              "count_ptr", *_PRODUCTS, "hs_ptr", "H: tl.constexpr", "D: tl.constexpr",
               "C: tl.constexpr", "BV: tl.constexpr"]
+_OUT_ARGS = ["q_ptr", "g_ptr", "slot_ptr", "o_ptr", "rows", "sq", "sg", "so", "chunk_ptr",
+             "count_ptr", "u_ptr", "tp_ptr", "hs_ptr", "coef_ptr", "H: tl.constexpr",
+             "D: tl.constexpr", "C: tl.constexpr", "BO: tl.constexpr"]
 
 
 # the first lines of a (chunk, head) program: chunk i's first row and slot
@@ -410,7 +403,6 @@ def _rows(name: str) -> str:
     m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
     at = r[:, None].to(tl.int64) * H + h
     nk = tl.load(coef_ptr + at * 4, mask=m[:, None], other=0.)  # [C, 1]
-    nq = tl.load(coef_ptr + at * 4 + 1, mask=m[:, None], other=0.)
     beta = tl.load(coef_ptr + at * 4 + 2, mask=m[:, None], other=0.)
     c = tl.program_id(2) * BK + tl.arange(0, BK)  # this program's channels
     col = h * D + c
@@ -423,13 +415,10 @@ def _rows(name: str) -> str:
     low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # the stored blocks
     tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + t[:, None] * C + t[None, :]
     tt = tl.load(tp, mask=low, other=0.)
-    pt = tl.load(tp + C * C, mask=low, other=0.)
     ofs = at * D + c[None, :]
     live = m[:, None]
     _put(w_ptr + ofs, _tc(tt, x), live)
     _put(u_ptr + ofs, _tc(tt, y), live)
-    _put(oi_ptr + ofs, _tc(pt, y), live)
-    _put(qp_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e - _tc(pt, x), live)
     total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
     _put(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), live)
     tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(total))
@@ -456,18 +445,41 @@ def _walk(name: str) -> str:
 {head}        r = tl.load(chunk_ptr + i) + t
         m = ((r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s))[:, None]
         at = r[:, None].to(tl.int64) * H + h
+        hs = hs_ptr + (i * H + h).to(tl.int64) * D * D + kk[:, None] * D + c[None, :]
+        tl.store(hs, S.to(hs_ptr.dtype.element_ty))  # the state chunk i starts from
         w = _get(w_ptr + at * D + kk[None, :], m)
-        vn = _get(u_ptr + at * D + c[None, :], m)
-        vn -= tl.dot(w, S, input_precision="tf32")  # [C, BV]: the chunk's deltas
-        o = _get(oi_ptr + at * D + c[None, :], m)
-        qp = _get(qp_ptr + at * D + kk[None, :], m)
-        o += tl.dot(qp, S, input_precision="tf32")
-        tl.store(o_ptr + r[:, None].to(tl.int64) * so + h * D + c[None, :],
-                 o.to(o_ptr.dtype.element_ty), mask=m)
+        un = u_ptr + at * D + c[None, :]
+        vn = _get(un, m) - tl.dot(w, S, input_precision="tf32")  # [C, BV]: V' = U - W S
+        _put(un, vn, m)  # in place of U, for the output kernel
         kd = _get(kd_ptr + at * D + kk[None, :], m)
         decay = tl.load(decay_ptr + (i * H + h) * D + kk)
         S = decay[:, None] * S + tl.dot(tl.trans(kd), vn, input_precision="tf32")
 {tail}    tl.store(st, S)
+'''
+
+
+def _out(name: str) -> str:
+    return f'''
+@triton.jit
+{wrap(f"def {name}_out(", _OUT_ARGS, "):", 8)}
+{_CHUNK_HEAD}    t = tl.arange(0, C)
+    r = row0 + t
+    m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
+    live = m[:, None]
+    at = r[:, None].to(tl.int64) * H + h
+    nq = tl.load(coef_ptr + at * 4 + 1, mask=live, other=0.)  # [C, 1]
+    kk = tl.arange(0, D)
+    col = h * D + kk
+    gl = tl.cumsum(_tile(g_ptr, r, m, sg, col), 0)  # G from the chunk's start
+    qe = _tile(q_ptr, r, m, sq, col) * nq * tl.exp(gl)  # [C, D]
+    c = tl.program_id(2) * BO + tl.arange(0, BO)  # this program's output columns (dv)
+    hs = tl.load(hs_ptr + (i * H + h).to(tl.int64) * D * D + kk[:, None] * D + c[None, :])
+    low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # Aqk's stored blocks
+    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + C * C + t[:, None] * C + t[None, :]
+    o = _tc(qe, hs.to(tl.float32)) + _tc(tl.load(tp, mask=low, other=0.),
+                                         _get(u_ptr + at * D + c[None, :], live))
+    tl.store(o_ptr + r[:, None].to(tl.int64) * so + h * D + c[None, :],
+             o.to(o_ptr.dtype.element_ty), mask=live)
 '''
 
 
@@ -480,7 +492,8 @@ import triton.language as tl
 {_intra(name, spec)}
 {_solve(name, spec)}
 {_rows(name)}
-{_walk(name)}'''
+{_walk(name)}
+{_out(name)}'''
 
 
 # ---------------------------------------------------------------- launch
@@ -504,9 +517,9 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
     check_operands(h, d, q, k, v, g, b, state, out, rows)
     runs, chunks = bounds(spec, rows, state.shape[0])
     c = spec.chunk
-    want = {**{n: (rows, h, d) for n in ("w", "u", "qp", "oi", "kd")}, "decay": (chunks, h, d),
-            "tp": (chunks, h, 2, c, c), "coef": (rows, h, 4), "runs": (runs + 1,),
-            "chunks": (chunks,)}
+    want = {**{n: (rows, h, d) for n in ("w", "u", "kd")}, "decay": (chunks, h, d),
+            "tp": (chunks, h, 2, c, c), "hs": (chunks, h, d, d), "coef": (rows, h, 4),
+            "runs": (runs + 1,), "chunks": (chunks,)}
     for name, shape in want.items():
         t = getattr(work, name)
         if t.dim() != len(shape) or any(a < b for a, b in zip(t.shape, shape)) \
@@ -514,10 +527,10 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
             raise ValueError(f"KDA chunk scratch {name}: contiguous, at least {shape}, got "
                              f"{tuple(t.shape)} (allocate with kda_chunk.scratch)")
     narrow = work.w.dtype if work.w.dtype in (torch.float16, torch.float32) else None
-    kinds = {n: getattr(work, n).dtype for n in ("w", "qp", "kd", "u", "oi")}
-    want = dict(w=narrow, qp=narrow, kd=narrow, u=torch.float32, oi=torch.float32)
+    kinds = {n: getattr(work, n).dtype for n in ("w", "kd", "u", "hs")}
+    want = dict(w=narrow, kd=narrow, u=torch.float32, hs=torch.float32)
     if kinds != want:
-        raise ValueError(f"KDA chunk scratch dtypes: w, qp, kd one of fp16 / fp32, u and oi fp32, "
+        raise ValueError(f"KDA chunk scratch dtypes: w and kd one of fp16 / fp32, u and hs fp32, "
                          f"got {kinds} (allocate with kda_chunk.scratch)")
 
 
@@ -531,22 +544,26 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     if work is None:
         work = scratch(spec, rows, state.shape[0], q.device, q.dtype)
     _check(spec, q, k, v, g, b, state, out, work, rows)
-    plan, intra, solve, rows_k, walk = kernels
+    plan, intra, solve, rows_k, walk, out_k = kernels
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     runs, chunks = bounds(spec, rows, state.shape[0])
     tables = (work.chunks, work.count)
-    products = (work.w, work.u, work.qp, work.oi, work.kd, work.decay)
+    products = (work.w, work.u, work.kd, work.decay)
     plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
     intra[(chunks, h, c // SUB)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
                                  b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c,
                                  num_warps=INTRA_WARPS)
     solve[(chunks, h)](work.tp, work.count, H=h, C=c, num_warps=SOLVE_WARPS)
     bk = min(BK, d)
-    rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
-                                 g.stride(0), *tables, *products, work.tp, work.coef, H=h, D=d,
-                                 C=c, BK=bk, num_warps=ROWS_WARPS)
+    rows_k[(chunks, h, d // bk)](k, v, g, slot, rows, k.stride(0), v.stride(0), g.stride(0),
+                                 *tables, *products, work.tp, work.coef, H=h, D=d, C=c, BK=bk,
+                                 num_warps=ROWS_WARPS)
     bv = min(BV, d)
-    walk[(d // bv, h, runs)](slot, state, out, rows, out.stride(0), state.stride(0),
-                             state.stride(1), work.chunks, work.runs, work.count, *products,
-                             H=h, D=d, C=c, BV=bv, num_warps=WALK_WARPS,
+    walk[(d // bv, h, runs)](slot, state, rows, state.stride(0), state.stride(1), work.chunks,
+                             work.runs, work.count, *products, work.hs, H=h, D=d, C=c, BV=bv,
+                             num_warps=WALK_WARPS,
                              num_stages=2 if work.w.element_size() == 2 else 1)
+    bo = min(BO, d)
+    out_k[(chunks, h, d // bo)](q, g, slot, out, rows, q.stride(0), g.stride(0), out.stride(0),
+                                *tables, work.u, work.tp, work.hs, work.coef, H=h, D=d, C=c,
+                                BO=bo, num_warps=OUT_WARPS)
