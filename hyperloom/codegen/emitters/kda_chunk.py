@@ -334,7 +334,8 @@ def _solve_body(nc: int) -> str:
     out = ["    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + j[:, None] * C "
            "+ j[None, :]\n"]
     for i, j in _pairs(nc):
-        out.append(f"    {'t' if i == j else 'a'}{i}_{j} = tl.load(tp + {i * SUB} * C + {j * SUB})\n")
+        name = f"{'t' if i == j else 'a'}{i}_{j}"
+        out.append(f"    {name} = tl.load(tp + {i * SUB} * C + {j * SUB})\n")
     for i in range(nc):
         for j in range(i - 1, -1, -1):
             terms = " + ".join(f"_mm(a{i}_{x}, t{x}_{j})" for x in range(j, i))
