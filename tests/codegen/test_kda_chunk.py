@@ -185,15 +185,19 @@ def test_chunked_equals_recurrent_kernel() -> None:
     assert_close(chunked, recurrent, torch.float32, "chunked vs recurrent state")
 
 
-def test_fp16_row_products() -> None:
-    # W, Q' and K' in fp16 (the scratch of 16-bit activations), U and O' fp32: the kernels cast
-    # on store and load; the result within fp16's rounding of the fp32 math
+@pytest.mark.parametrize("size", [1.0, 1e6, 1e-6])  # v and the state beyond fp16's range
+def test_fp16_row_products(size: float) -> None:
+    # W, K', q exp(G) and the chunks' starting states in fp16 (the scratch of 16-bit
+    # activations), U / V' fp32: the kernels cast on store and load, and scale the states and V'
+    # by powers of two into fp16's range; the result within fp16's rounding of the fp32 math
     spec = KDAChunkSpec(2, 32, chunk=16)
     step = ChunkStep(spec, MIXED, "cpu", torch.float32, seed=12)
+    step.v *= size
+    step.state *= size
     assert kda_chunk.narrow_dtype(torch.bfloat16) == torch.float16
     work = kda_chunk.scratch(spec, len(MIXED), step.slots, "cpu", torch.float16)
-    assert (work.w.dtype, work.u.dtype, work.kd.dtype) == (torch.float16, torch.float32,
-                                                           torch.float16)
+    assert {n: getattr(work, n).dtype for n in ("w", "u", "kd", "qe", "hs")} == dict(
+        w=torch.float16, u=torch.float32, kd=torch.float16, qe=torch.float16, hs=torch.float16)
     state = step.state.clone()
     src = kda_chunk.source("kc", spec, header="test")
     kernels = tuple(load(src, n, "cpu", "kc") for n in kda_chunk.kernel_names("kc"))

@@ -89,7 +89,7 @@ def _kda_chunk_kernels() -> dict[str, tuple[dict, dict, int, int, tuple[str, ...
     tables = {"slot_ptr": "*i64", "chunk_ptr": "*i32", "count_ptr": "*i32", "run_ptr": "*i32",
               "tp_ptr": "*fp32", "coef_ptr": "*fp32", "o_ptr": "*bf16", "state_ptr": "*fp32"}
     products = {"w_ptr": "*fp16", "u_ptr": "*fp32", "kd_ptr": "*fp16", "decay_ptr": "*fp32",
-                "hs_ptr": "*fp32"}
+                "qe_ptr": "*fp16", "hs_ptr": "*fp16", "hsc_ptr": "*fp32"}
     types = rows | ints | tables | products
     shape = {"H": 64, "D": 128, "C": 64}
     strided = ("sq", "sk", "sv", "sg", "so", "st_slot", "st_head")
@@ -97,7 +97,7 @@ def _kda_chunk_kernels() -> dict[str, tuple[dict, dict, int, int, tuple[str, ...
             "solve": (types, shape, kda_chunk.SOLVE_WARPS, 1, ()),
             "rows": (types, shape | {"BK": kda_chunk.BK}, kda_chunk.ROWS_WARPS, 1, strided),
             "": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.WALK_WARPS, 2, strided),
-            "out": (types, shape | {"BO": kda_chunk.BO}, kda_chunk.OUT_WARPS, 1, strided)}
+            "out": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.OUT_WARPS, 1, strided)}
 
 
 @pytest.mark.parametrize("kernel", ["intra", "solve", "rows", "", "out"])

@@ -53,7 +53,6 @@ SUB = 16  # rows per block of the in-chunk matrices (the smallest tl.dot tile)
 DK = 16  # channels per step of a steep diagonal block's exact [DK, 16, 16] product
 BV = 64  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
 BK = 64  # channels per program of the row products: [C, BK] tiles beside T
-BO = 64  # output columns (dv) per program of the output kernel
 # Launch shapes measured on the H200 at 64 heads x 128, 8192 tokens, bf16 in (sweeps of this
 # module's kernels, BENCHMARKS.md): the in-chunk kernel whole-width at 2 warps 2.29 ms with
 # full-fp32 products (4 warps 2.43, 8 warps 4.04), 0.95 ms (0.83 in a later run) with A and Aqk
@@ -95,9 +94,11 @@ class KDAChunkScratch:
     w: torch.Tensor  # narrow [rows, heads, d]: T (beta k exp(G))
     u: torch.Tensor  # fp32 [rows, heads, d]: T (beta v), then V' = U - W S (the walk)
     kd: torch.Tensor  # narrow [rows, heads, d]: K' = k exp(G_last - G)
+    qe: torch.Tensor  # narrow [rows, heads, d]: q exp(G)
     decay: torch.Tensor  # fp32 [chunk bound, heads, d]: exp(G_last)
     tp: torch.Tensor  # fp32 [chunk bound, heads, 2, C, C]: T, Aqk (lower blocks only)
-    hs: torch.Tensor  # fp32 [chunk bound, heads, d, d]: the state each chunk starts from
+    hs: torch.Tensor  # narrow [chunk bound, heads, d, d]: the state each chunk starts from / hsc
+    hsc: torch.Tensor  # fp32 [chunk bound, heads, d / BV]: hs's scale, a power of two
     coef: torch.Tensor  # fp32 [rows, heads, 4]: 1 / |k|, scale / |q|, beta, unused
 
 
@@ -125,12 +126,13 @@ def scratch(spec: KDAChunkSpec, rows: int, slots: int, device,
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     i32, f32 = dict(dtype=torch.int32, device=device), dict(dtype=torch.float32, device=device)
     n = max(chunks, 1)
-    w, u, kd = (torch.empty((rows, h, d), dtype=t, device=device)
-                for t in (narrow, torch.float32, narrow))
+    w, u, kd, qe = (torch.empty((rows, h, d), dtype=t, device=device)
+                    for t in (narrow, torch.float32, narrow, narrow))
     return KDAChunkScratch(
         torch.zeros(2, **i32), torch.zeros(runs + 1, **i32), torch.zeros(n, **i32),
-        w, u, kd, torch.empty((n, h, d), **f32), torch.empty((n, h, 2, c, c), **f32),
-        torch.empty((n, h, d, d), **f32), torch.empty((rows, h, 4), **f32))
+        w, u, kd, qe, torch.empty((n, h, d), **f32), torch.empty((n, h, 2, c, c), **f32),
+        torch.empty((n, h, d, d), dtype=narrow, device=device),
+        torch.empty((n, h, d // min(BV, d)), **f32), torch.empty((rows, h, 4), **f32))
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
@@ -159,6 +161,15 @@ def _tc(a, b):
     """The in-chunk products of A and Aqk and the row products on tensor cores (tf32, as the
     chunk walk's: the note on the row products)."""
     return tl.dot(a, b, input_precision="tf32")
+
+
+@triton.jit
+def _scale(x):
+    """A power of two sc with max |x| / sc in (2^13, 2^14] (1 where x is all 0): x / sc fits
+    fp16 whatever x's range, the largest entry 2^14 below fp16's largest and 2^28 above its
+    smallest normal."""
+    a = tl.max(tl.max(tl.abs(x), 1), 0)
+    return tl.where(a > 0, tl.exp2(tl.ceil(tl.log2(a)) - 14.0), 1.0)
 
 
 @triton.jit
@@ -345,18 +356,19 @@ def _solve_body(nc: int) -> str:
 
 
 _PRODUCTS = ["w_ptr", "u_ptr", "kd_ptr", "decay_ptr"]
+_STARTS = ["hs_ptr", "hsc_ptr"]
 _INTRA_ARGS = ["q_ptr", "k_ptr", "g_ptr", "b_ptr", "slot_ptr", "rows", "sq", "sk", "sg", "sb",
                "chunk_ptr", "count_ptr", "tp_ptr", "coef_ptr", "H: tl.constexpr",
                "D: tl.constexpr", "C: tl.constexpr"]
-_ROWS_ARGS = ["k_ptr", "v_ptr", "g_ptr", "slot_ptr", "rows", "sk", "sv", "sg", "chunk_ptr",
-              "count_ptr", *_PRODUCTS, "tp_ptr", "coef_ptr", "H: tl.constexpr", "D: tl.constexpr",
-              "C: tl.constexpr", "BK: tl.constexpr"]
+_ROWS_ARGS = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "slot_ptr", "rows", "sq", "sk", "sv", "sg",
+              "chunk_ptr", "count_ptr", *_PRODUCTS, "qe_ptr", "tp_ptr", "coef_ptr",
+              "H: tl.constexpr", "D: tl.constexpr", "C: tl.constexpr", "BK: tl.constexpr"]
 _WALK_ARGS = ["slot_ptr", "state_ptr", "rows", "st_slot", "st_head", "chunk_ptr", "run_ptr",
-              "count_ptr", *_PRODUCTS, "hs_ptr", "H: tl.constexpr", "D: tl.constexpr",
+              "count_ptr", *_PRODUCTS, *_STARTS, "H: tl.constexpr", "D: tl.constexpr",
               "C: tl.constexpr", "BV: tl.constexpr"]
-_OUT_ARGS = ["q_ptr", "g_ptr", "slot_ptr", "o_ptr", "rows", "sq", "sg", "so", "chunk_ptr",
-             "count_ptr", "u_ptr", "tp_ptr", "hs_ptr", "coef_ptr", "H: tl.constexpr",
-             "D: tl.constexpr", "C: tl.constexpr", "BO: tl.constexpr"]
+_OUT_ARGS = ["slot_ptr", "o_ptr", "rows", "so", "chunk_ptr", "count_ptr", "u_ptr", "qe_ptr",
+             "tp_ptr", *_STARTS, "H: tl.constexpr", "D: tl.constexpr", "C: tl.constexpr",
+             "BV: tl.constexpr"]
 
 
 # the first lines of a (chunk, head) program: chunk i's first row and slot
@@ -404,6 +416,7 @@ def _rows(name: str) -> str:
     m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
     at = r[:, None].to(tl.int64) * H + h
     nk = tl.load(coef_ptr + at * 4, mask=m[:, None], other=0.)  # [C, 1]
+    nq = tl.load(coef_ptr + at * 4 + 1, mask=m[:, None], other=0.)
     beta = tl.load(coef_ptr + at * 4 + 2, mask=m[:, None], other=0.)
     c = tl.program_id(2) * BK + tl.arange(0, BK)  # this program's channels
     col = h * D + c
@@ -420,6 +433,7 @@ def _rows(name: str) -> str:
     live = m[:, None]
     _put(w_ptr + ofs, _tc(tt, x), live)
     _put(u_ptr + ofs, _tc(tt, y), live)
+    _put(qe_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e, live)
     total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
     _put(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), live)
     tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(total))
@@ -441,20 +455,25 @@ def _walk(name: str) -> str:
     c = tl.program_id(0) * BV + tl.arange(0, BV)  # this program's state columns (dv)
     kk = tl.arange(0, D)  # state rows (dk)
     t = tl.arange(0, C)
+    NB: tl.constexpr = D // BV
     st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
     S = tl.load(st)  # [D, BV] fp32
 {head}        r = tl.load(chunk_ptr + i) + t
         m = ((r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s))[:, None]
         at = r[:, None].to(tl.int64) * H + h
-        hs = hs_ptr + (i * H + h).to(tl.int64) * D * D + kk[:, None] * D + c[None, :]
-        tl.store(hs, S.to(hs_ptr.dtype.element_ty))  # the state chunk i starts from
-        w = _get(w_ptr + at * D + kk[None, :], m)
+        sc = _scale(S)
+        sn = (S / sc).to(w_ptr.dtype.element_ty)  # the products' operand, in the narrow dtype
+        at_i = (i * H + h).to(tl.int64)
+        tl.store(hs_ptr + at_i * D * D + kk[:, None] * D + c[None, :], sn)  # chunk i's start
+        tl.store(hsc_ptr + at_i * NB + tl.program_id(0), sc)
+        w = tl.load(w_ptr + at * D + kk[None, :], mask=m, other=0.)
         un = u_ptr + at * D + c[None, :]
-        vn = _get(un, m) - tl.dot(w, S, input_precision="tf32")  # [C, BV]: V' = U - W S
+        vn = _get(un, m) - _tc(w, sn) * sc  # [C, BV]: V' = U - W S
         _put(un, vn, m)  # in place of U, for the output kernel
-        kd = _get(kd_ptr + at * D + kk[None, :], m)
+        kd = tl.load(kd_ptr + at * D + kk[None, :], mask=m, other=0.)
         decay = tl.load(decay_ptr + (i * H + h) * D + kk)
-        S = decay[:, None] * S + tl.dot(tl.trans(kd), vn, input_precision="tf32")
+        sv = _scale(vn)
+        S = decay[:, None] * S + _tc(tl.trans(kd), (vn / sv).to(kd.dtype)) * sv
 {tail}    tl.store(st, S)
 '''
 
@@ -468,17 +487,15 @@ def _out(name: str) -> str:
     m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
     live = m[:, None]
     at = r[:, None].to(tl.int64) * H + h
-    nq = tl.load(coef_ptr + at * 4 + 1, mask=live, other=0.)  # [C, 1]
     kk = tl.arange(0, D)
-    col = h * D + kk
-    gl = tl.cumsum(_tile(g_ptr, r, m, sg, col), 0)  # G from the chunk's start
-    qe = _tile(q_ptr, r, m, sq, col) * nq * tl.exp(gl)  # [C, D]
-    c = tl.program_id(2) * BO + tl.arange(0, BO)  # this program's output columns (dv)
-    hs = tl.load(hs_ptr + (i * H + h).to(tl.int64) * D * D + kk[:, None] * D + c[None, :])
+    c = tl.program_id(2) * BV + tl.arange(0, BV)  # this program's output columns (dv)
+    at_i = (i * H + h).to(tl.int64)
+    hs = tl.load(hs_ptr + at_i * D * D + kk[:, None] * D + c[None, :])  # [D, BV] / sc
+    sc = tl.load(hsc_ptr + at_i * (D // BV) + tl.program_id(2))
     low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # Aqk's stored blocks
-    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + C * C + t[:, None] * C + t[None, :]
-    o = _tc(qe, hs.to(tl.float32)) + _tc(tl.load(tp, mask=low, other=0.),
-                                         _get(u_ptr + at * D + c[None, :], live))
+    tp = tp_ptr + at_i * 2 * C * C + C * C + t[:, None] * C + t[None, :]
+    o = _tc(tl.load(qe_ptr + at * D + kk[None, :], mask=live, other=0.), hs) * sc
+    o += _tc(tl.load(tp, mask=low, other=0.), _get(u_ptr + at * D + c[None, :], live))
     tl.store(o_ptr + r[:, None].to(tl.int64) * so + h * D + c[None, :],
              o.to(o_ptr.dtype.element_ty), mask=live)
 '''
@@ -518,9 +535,10 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
     check_operands(h, d, q, k, v, g, b, state, out, rows)
     runs, chunks = bounds(spec, rows, state.shape[0])
     c = spec.chunk
-    want = {**{n: (rows, h, d) for n in ("w", "u", "kd")}, "decay": (chunks, h, d),
-            "tp": (chunks, h, 2, c, c), "hs": (chunks, h, d, d), "coef": (rows, h, 4),
-            "runs": (runs + 1,), "chunks": (chunks,)}
+    want = {**{n: (rows, h, d) for n in ("w", "u", "kd", "qe")}, "decay": (chunks, h, d),
+            "tp": (chunks, h, 2, c, c), "hs": (chunks, h, d, d),
+            "hsc": (chunks, h, d // min(BV, d)), "coef": (rows, h, 4), "runs": (runs + 1,),
+            "chunks": (chunks,)}
     for name, shape in want.items():
         t = getattr(work, name)
         if t.dim() != len(shape) or any(a < b for a, b in zip(t.shape, shape)) \
@@ -528,10 +546,10 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
             raise ValueError(f"KDA chunk scratch {name}: contiguous, at least {shape}, got "
                              f"{tuple(t.shape)} (allocate with kda_chunk.scratch)")
     narrow = work.w.dtype if work.w.dtype in (torch.float16, torch.float32) else None
-    kinds = {n: getattr(work, n).dtype for n in ("w", "kd", "u", "hs")}
-    want = dict(w=narrow, kd=narrow, u=torch.float32, hs=torch.float32)
+    kinds = {n: getattr(work, n).dtype for n in ("w", "kd", "qe", "hs", "u")}
+    want = dict(w=narrow, kd=narrow, qe=narrow, hs=narrow, u=torch.float32)
     if kinds != want:
-        raise ValueError(f"KDA chunk scratch dtypes: w and kd one of fp16 / fp32, u and hs fp32, "
+        raise ValueError(f"KDA chunk scratch dtypes: w, kd, qe and hs one of fp16 / fp32, u fp32, "
                          f"got {kinds} (allocate with kda_chunk.scratch)")
 
 
@@ -550,21 +568,20 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     runs, chunks = bounds(spec, rows, state.shape[0])
     tables = (work.chunks, work.count)
     products = (work.w, work.u, work.kd, work.decay)
+    starts = (work.hs, work.hsc)
     plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
     intra[(chunks, h, c // SUB)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
                                  b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c,
                                  num_warps=INTRA_WARPS)
     solve[(chunks, h)](work.tp, work.count, H=h, C=c, num_warps=SOLVE_WARPS)
     bk = min(BK, d)
-    rows_k[(chunks, h, d // bk)](k, v, g, slot, rows, k.stride(0), v.stride(0), g.stride(0),
-                                 *tables, *products, work.tp, work.coef, H=h, D=d, C=c, BK=bk,
-                                 num_warps=ROWS_WARPS)
+    rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
+                                 g.stride(0), *tables, *products, work.qe, work.tp, work.coef,
+                                 H=h, D=d, C=c, BK=bk, num_warps=ROWS_WARPS)
     bv = min(BV, d)
     walk[(d // bv, h, runs)](slot, state, rows, state.stride(0), state.stride(1), work.chunks,
-                             work.runs, work.count, *products, work.hs, H=h, D=d, C=c, BV=bv,
+                             work.runs, work.count, *products, *starts, H=h, D=d, C=c, BV=bv,
                              num_warps=WALK_WARPS,
                              num_stages=2 if work.w.element_size() == 2 else 1)
-    bo = min(BO, d)
-    out_k[(chunks, h, d // bo)](q, g, slot, out, rows, q.stride(0), g.stride(0), out.stride(0),
-                                *tables, work.u, work.tp, work.hs, work.coef, H=h, D=d, C=c,
-                                BO=bo, num_warps=OUT_WARPS)
+    out_k[(chunks, h, d // bv)](slot, out, rows, out.stride(0), *tables, work.u, work.qe, work.tp,
+                                *starts, H=h, D=d, C=c, BV=bv, num_warps=OUT_WARPS)
