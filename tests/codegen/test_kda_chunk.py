@@ -187,17 +187,16 @@ def test_chunked_equals_recurrent_kernel() -> None:
 
 @pytest.mark.parametrize("size", [1.0, 1e6, 1e-6])  # v and the state beyond fp16's range
 def test_fp16_row_products(size: float) -> None:
-    # W, K', q exp(G) and the chunks' starting states in fp16 (the scratch of 16-bit
-    # activations), U / V' fp32: the kernels cast on store and load, and scale the states and V'
-    # by powers of two into fp16's range; the result within fp16's rounding of the fp32 math
+    # W, U / V', K', q exp(G) and the chunks' starting states in fp16 (the scratch of 16-bit
+    # activations): the kernels cast on store and load, and scale U, V' and the states by
+    # powers of two into fp16's range; the result within fp16's rounding of the fp32 math
     spec = KDAChunkSpec(2, 32, chunk=16)
     step = ChunkStep(spec, MIXED, "cpu", torch.float32, seed=12)
     step.v *= size
     step.state *= size
     assert kda_chunk.narrow_dtype(torch.bfloat16) == torch.float16
     work = kda_chunk.scratch(spec, len(MIXED), step.slots, "cpu", torch.float16)
-    assert {n: getattr(work, n).dtype for n in ("w", "u", "kd", "qe", "hs")} == dict(
-        w=torch.float16, u=torch.float32, kd=torch.float16, qe=torch.float16, hs=torch.float16)
+    assert {getattr(work, n).dtype for n in ("w", "u", "kd", "qe", "hs")} == {torch.float16}
     state = step.state.clone()
     src = kda_chunk.source("kc", spec, header="test")
     kernels = tuple(load(src, n, "cpu", "kc") for n in kda_chunk.kernel_names("kc"))
@@ -219,8 +218,8 @@ def test_bad_inputs_are_refused() -> None:
         step.run(step.state.clone())
     step = ChunkStep(spec, [0] * 20, "cpu", torch.float32, seed=9)
     half = kda_chunk.scratch(spec, 20, step.slots, "cpu", torch.float16)
-    half = dataclasses.replace(half, u=half.u.half())  # U scales with v: fp32 only
-    with pytest.raises(ValueError, match=r"scratch dtypes: .*'u': torch.float16"):
+    half = dataclasses.replace(half, u=half.u.float())  # all narrow, or all fp32
+    with pytest.raises(ValueError, match=r"scratch dtypes: .*'u': torch.float32"):
         kda_chunk.launch((None,) * 6, spec, q=step.q, k=step.k, v=step.v, g=step.g, b=step.b,
                          slot=step.slot, state=step.state, out=step.out, rows=20, work=half)
     small = kda_chunk.scratch(spec, 10, step.slots, "cpu")

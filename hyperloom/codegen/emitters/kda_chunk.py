@@ -52,7 +52,8 @@ CHUNK = 64  # rows per chunk: the products' tile height
 SUB = 16  # rows per block of the in-chunk matrices (the smallest tl.dot tile)
 DK = 16  # channels per step of a steep diagonal block's exact [DK, 16, 16] product
 BV = 64  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
-BK = 64  # channels per program of the row products: [C, BK] tiles beside T
+BK = BV  # channels per program of the row products: [C, BK] tiles beside T (U's scale blocks
+# are the walk's column blocks)
 # Launch shapes measured on the H200 at 64 heads x 128, 8192 tokens, bf16 in (sweeps of this
 # module's kernels, BENCHMARKS.md): the in-chunk kernel whole-width at 2 warps 2.29 ms with
 # full-fp32 products (4 warps 2.43, 8 warps 4.04), 0.95 ms (0.83 in a later run) with A and Aqk
@@ -92,7 +93,8 @@ class KDAChunkScratch:
     runs: torch.Tensor  # int32 [run bound + 1]: each run's first chunk, then the chunk count
     chunks: torch.Tensor  # int32 [chunk bound]: each chunk's first row
     w: torch.Tensor  # narrow [rows, heads, d]: T (beta k exp(G))
-    u: torch.Tensor  # fp32 [rows, heads, d]: T (beta v), then V' = U - W S (the walk)
+    u: torch.Tensor  # narrow [rows, heads, d]: T (beta v) / usc, then V' = U - W S (the walk)
+    usc: torch.Tensor  # fp32 [chunk bound, heads, d / BV]: u's scale, a power of two
     kd: torch.Tensor  # narrow [rows, heads, d]: K' = k exp(G_last - G)
     qe: torch.Tensor  # narrow [rows, heads, d]: q exp(G)
     decay: torch.Tensor  # fp32 [chunk bound, heads, d]: exp(G_last)
@@ -126,13 +128,13 @@ def scratch(spec: KDAChunkSpec, rows: int, slots: int, device,
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     i32, f32 = dict(dtype=torch.int32, device=device), dict(dtype=torch.float32, device=device)
     n = max(chunks, 1)
-    w, u, kd, qe = (torch.empty((rows, h, d), dtype=t, device=device)
-                    for t in (narrow, torch.float32, narrow, narrow))
+    w, u, kd, qe = (torch.empty((rows, h, d), dtype=narrow, device=device) for _ in range(4))
+    blocks = (n, h, d // min(BV, d))
     return KDAChunkScratch(
         torch.zeros(2, **i32), torch.zeros(runs + 1, **i32), torch.zeros(n, **i32),
-        w, u, kd, qe, torch.empty((n, h, d), **f32), torch.empty((n, h, 2, c, c), **f32),
-        torch.empty((n, h, d, d), dtype=narrow, device=device),
-        torch.empty((n, h, d // min(BV, d)), **f32), torch.empty((rows, h, 4), **f32))
+        w, u, torch.empty(blocks, **f32), kd, qe, torch.empty((n, h, d), **f32),
+        torch.empty((n, h, 2, c, c), **f32), torch.empty((n, h, d, d), dtype=narrow, device=device),
+        torch.empty(blocks, **f32), torch.empty((rows, h, 4), **f32))
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
@@ -355,7 +357,7 @@ def _solve_body(nc: int) -> str:
     return "".join(out)
 
 
-_PRODUCTS = ["w_ptr", "u_ptr", "kd_ptr", "decay_ptr"]
+_PRODUCTS = ["w_ptr", "u_ptr", "usc_ptr", "kd_ptr", "decay_ptr"]
 _STARTS = ["hs_ptr", "hsc_ptr"]
 _INTRA_ARGS = ["q_ptr", "k_ptr", "g_ptr", "b_ptr", "slot_ptr", "rows", "sq", "sk", "sg", "sb",
                "chunk_ptr", "count_ptr", "tp_ptr", "coef_ptr", "H: tl.constexpr",
@@ -366,7 +368,8 @@ _ROWS_ARGS = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "slot_ptr", "rows", "sq", "sk"
 _WALK_ARGS = ["slot_ptr", "state_ptr", "rows", "st_slot", "st_head", "chunk_ptr", "run_ptr",
               "count_ptr", *_PRODUCTS, *_STARTS, "H: tl.constexpr", "D: tl.constexpr",
               "C: tl.constexpr", "BV: tl.constexpr"]
-_OUT_ARGS = ["slot_ptr", "o_ptr", "rows", "so", "chunk_ptr", "count_ptr", "u_ptr", "qe_ptr",
+_OUT_ARGS = ["slot_ptr", "o_ptr", "rows", "so", "chunk_ptr", "count_ptr", "u_ptr", "usc_ptr",
+             "qe_ptr",
              "tp_ptr", *_STARTS, "H: tl.constexpr", "D: tl.constexpr", "C: tl.constexpr",
              "BV: tl.constexpr"]
 
@@ -432,7 +435,10 @@ def _rows(name: str) -> str:
     ofs = at * D + c[None, :]
     live = m[:, None]
     _put(w_ptr + ofs, _tc(tt, x), live)
-    _put(u_ptr + ofs, _tc(tt, y), live)
+    u = _tc(tt, y)  # scales with v: stored / a power of two, into fp16's range
+    su = _scale(u)
+    _put(u_ptr + ofs, u / su, live)
+    tl.store(usc_ptr + (i * H + h) * (D // BK) + tl.program_id(2), su)
     _put(qe_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e, live)
     total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
     _put(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), live)
@@ -468,12 +474,15 @@ def _walk(name: str) -> str:
         tl.store(hsc_ptr + at_i * NB + tl.program_id(0), sc)
         w = tl.load(w_ptr + at * D + kk[None, :], mask=m, other=0.)
         un = u_ptr + at * D + c[None, :]
-        vn = _get(un, m) - _tc(w, sn) * sc  # [C, BV]: V' = U - W S
-        _put(un, vn, m)  # in place of U, for the output kernel
+        usc = usc_ptr + at_i * NB + tl.program_id(0)
+        vn = _get(un, m) * tl.load(usc) - _tc(w, sn) * sc  # [C, BV]: V' = U - W S
+        sv = _scale(vn)
+        vn = (vn / sv).to(u_ptr.dtype.element_ty)
+        tl.store(un, vn, mask=m)  # in place of U (and its scale), for the output kernel
+        tl.store(usc, sv)
         kd = tl.load(kd_ptr + at * D + kk[None, :], mask=m, other=0.)
         decay = tl.load(decay_ptr + (i * H + h) * D + kk)
-        sv = _scale(vn)
-        S = decay[:, None] * S + _tc(tl.trans(kd), (vn / sv).to(kd.dtype)) * sv
+        S = decay[:, None] * S + _tc(tl.trans(kd), vn) * sv
 {tail}    tl.store(st, S)
 '''
 
@@ -495,7 +504,9 @@ def _out(name: str) -> str:
     low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # Aqk's stored blocks
     tp = tp_ptr + at_i * 2 * C * C + C * C + t[:, None] * C + t[None, :]
     o = _tc(tl.load(qe_ptr + at * D + kk[None, :], mask=live, other=0.), hs) * sc
-    o += _tc(tl.load(tp, mask=low, other=0.), _get(u_ptr + at * D + c[None, :], live))
+    vn = tl.load(u_ptr + at * D + c[None, :], mask=live, other=0.)  # V' / sv
+    sv = tl.load(usc_ptr + at_i * (D // BV) + tl.program_id(2))
+    o += _tc(tl.load(tp, mask=low, other=0.).to(vn.dtype), vn) * sv
     tl.store(o_ptr + r[:, None].to(tl.int64) * so + h * D + c[None, :],
              o.to(o_ptr.dtype.element_ty), mask=live)
 '''
@@ -537,7 +548,8 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
     c = spec.chunk
     want = {**{n: (rows, h, d) for n in ("w", "u", "kd", "qe")}, "decay": (chunks, h, d),
             "tp": (chunks, h, 2, c, c), "hs": (chunks, h, d, d),
-            "hsc": (chunks, h, d // min(BV, d)), "coef": (rows, h, 4), "runs": (runs + 1,),
+            "hsc": (chunks, h, d // min(BV, d)), "usc": (chunks, h, d // min(BV, d)),
+            "coef": (rows, h, 4), "runs": (runs + 1,),
             "chunks": (chunks,)}
     for name, shape in want.items():
         t = getattr(work, name)
@@ -546,10 +558,9 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
             raise ValueError(f"KDA chunk scratch {name}: contiguous, at least {shape}, got "
                              f"{tuple(t.shape)} (allocate with kda_chunk.scratch)")
     narrow = work.w.dtype if work.w.dtype in (torch.float16, torch.float32) else None
-    kinds = {n: getattr(work, n).dtype for n in ("w", "kd", "qe", "hs", "u")}
-    want = dict(w=narrow, kd=narrow, qe=narrow, hs=narrow, u=torch.float32)
-    if kinds != want:
-        raise ValueError(f"KDA chunk scratch dtypes: w, kd, qe and hs one of fp16 / fp32, u fp32, "
+    kinds = {n: getattr(work, n).dtype for n in ("w", "u", "kd", "qe", "hs")}
+    if set(kinds.values()) != {narrow}:
+        raise ValueError(f"KDA chunk scratch dtypes: w, u, kd, qe and hs all fp16 or all fp32, "
                          f"got {kinds} (allocate with kda_chunk.scratch)")
 
 
@@ -567,7 +578,7 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     h, d, c = spec.heads, spec.head_dim, spec.chunk
     runs, chunks = bounds(spec, rows, state.shape[0])
     tables = (work.chunks, work.count)
-    products = (work.w, work.u, work.kd, work.decay)
+    products = (work.w, work.u, work.usc, work.kd, work.decay)
     starts = (work.hs, work.hsc)
     plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
     intra[(chunks, h, c // SUB)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
@@ -583,5 +594,5 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
                              work.runs, work.count, *products, *starts, H=h, D=d, C=c, BV=bv,
                              num_warps=WALK_WARPS,
                              num_stages=2 if work.w.element_size() == 2 else 1)
-    out_k[(chunks, h, d // bv)](slot, out, rows, out.stride(0), *tables, work.u, work.qe, work.tp,
-                                *starts, H=h, D=d, C=c, BV=bv, num_warps=OUT_WARPS)
+    out_k[(chunks, h, d // bv)](slot, out, rows, out.stride(0), *tables, work.u, work.usc, work.qe,
+                                work.tp, *starts, H=h, D=d, C=c, BV=bv, num_warps=OUT_WARPS)
