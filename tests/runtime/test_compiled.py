@@ -84,7 +84,7 @@ def test_plan_counts_the_chunked_kda_launches():
     chunked = len(kda_chunk.kernel_names("x"))
     for k in entries:
         assert k.launches_at(1) == k.launches_at(kda.CHUNKED_ROWS - 1) == 1
-        assert k.launches_at(kda.CHUNKED_ROWS) == chunked == 5
+        assert k.launches_at(kda.CHUNKED_ROWS) == chunked == 6
         assert k.launches_at(64, decode=True) == 1  # one row a sequence: the recurrent kernel
 
 

@@ -175,6 +175,22 @@ def _scale(x):
 
 
 @triton.jit
+def _sums(g, after: tl.constexpr, exact16: tl.constexpr):
+    """Each column's sum of g [R, n] over the rows <= r (after: > r), as one product with a
+    triangle of ones on tensor cores; g of 16-bit inputs is exact in TF32 (exact16), fp32 g
+    takes full-precision products. A sum over the rows after r, not a difference of prefixes,
+    so no exponent carries the rounding of a larger one."""
+    i = tl.arange(0, g.shape[0])
+    if after:
+        tri = tl.where(i[:, None] < i[None, :], 1.0, 0.0)
+    else:
+        tri = tl.where(i[:, None] >= i[None, :], 1.0, 0.0)
+    if exact16:
+        return tl.dot(tri, g, input_precision="tf32")
+    return tl.dot(tri, g, input_precision="ieee")
+
+
+@triton.jit
 def _tile(x_ptr, r, m, sx, col):
     """Rows r (live where m) of x at columns col, fp32; dead rows read 0."""
     x = tl.load(x_ptr + r[:, None].to(tl.int64) * sx + col[None, :], mask=m[:, None], other=0.)
@@ -277,7 +293,7 @@ _OWN_BLOCK = """    k = _tile(k_ptr, ri, mi, sk, cols)  # [BC, D]: the head's wh
     tl.store(cf + 2, bi, mask=mi)
     k *= nki[:, None]
     q *= nqi[:, None]
-    gl = tl.cumsum(_tile(g_ptr, ri, mi, sg, cols), 0)  # log decay from the block's start
+    gl = _sums(_tile(g_ptr, ri, mi, sg, cols), False, G16)  # log decay from the block's start
     ki = k * tl.exp(gl)
     qi = q * tl.exp(gl)
 """
@@ -313,7 +329,7 @@ def _left_blocks(nc: int) -> str:
                    f"        gj = _tile(g_ptr, r{x}, m{x}, sg, cols)\n"
                    "        gt = tl.sum(gj, 0)[None, :]\n"
                    f"        kj = _tile(k_ptr, r{x}, m{x}, sk, cols)\n"
-                   "        kj *= _rnorm(kj)[:, None] * tl.exp(gt - tl.cumsum(gj, 0) + span)\n"
+                   "        kj *= _rnorm(kj)[:, None] * tl.exp(_sums(gj, True, G16) + span)\n"
                    f"        a{x} = _tc(ki, tl.trans(kj))\n"
                    f"        p{x} = _tc(qi, tl.trans(kj))\n"
                    "        span += gt\n")
@@ -393,6 +409,7 @@ def _intra(name: str, spec: KDAChunkSpec) -> str:
       f"Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}",
       f"STEEP: tl.constexpr = {STEEP}"], "):", 8)}
 {_CHUNK_HEAD}    ib = tl.program_id(2)  # this program's row block
+    G16: tl.constexpr = g_ptr.dtype.element_ty != tl.float32
     j = tl.arange(0, BC)
     cols = h * D + tl.arange(0, D)
 {_block("i", "ib")}{_OWN_BLOCK}{_DIAGONAL}{_left_blocks(nc)}{_store_block(nc)}'''
@@ -423,26 +440,25 @@ def _rows(name: str) -> str:
     beta = tl.load(coef_ptr + at * 4 + 2, mask=m[:, None], other=0.)
     c = tl.program_id(2) * BK + tl.arange(0, BK)  # this program's channels
     col = h * D + c
+    ofs = at * D + c[None, :]
+    live = m[:, None]
+    G16: tl.constexpr = g_ptr.dtype.element_ty != tl.float32
     g = _tile(g_ptr, r, m, sg, col)
-    gl = tl.cumsum(g, 0)  # G from the chunk's start
-    e = tl.exp(gl)
     k = _tile(k_ptr, r, m, sk, col) * nk
+    _put(kd_ptr + ofs, k * tl.exp(_sums(g, True, G16)), live)  # decayed to the chunk's end
+    tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(tl.sum(g, 0)))  # dead rows' g reads 0
+    e = tl.exp(_sums(g, False, G16))  # decay from the chunk's start
+    _put(qe_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e, live)
     x = k * beta * e
     y = _tile(v_ptr, r, m, sv, col) * beta
     low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # the stored blocks
     tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + t[:, None] * C + t[None, :]
     tt = tl.load(tp, mask=low, other=0.)
-    ofs = at * D + c[None, :]
-    live = m[:, None]
     _put(w_ptr + ofs, _tc(tt, x), live)
     u = _tc(tt, y)  # scales with v: stored / a power of two, into fp16's range
     su = _scale(u)
     _put(u_ptr + ofs, u / su, live)
     tl.store(usc_ptr + (i * H + h) * (D // BK) + tl.program_id(2), su)
-    _put(qe_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e, live)
-    total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
-    _put(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), live)
-    tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(total))
 '''
 
 
