@@ -24,19 +24,26 @@ product of four factors) in place of the diagonal one, Aqk's blocks, and each ro
 scale / |q|, beta).
 
 {name}_solve, grid (chunk bound, heads): T = (I + A)^-1 from those blocks, T_ij = -T_ii
-sum_{j <= l < i} A_il T_lj, and Aqk T; stored in place ([C, C] each, lower blocks).
+sum_{j <= l < i} A_il T_lj, stored in place of A ([C, C], lower blocks).
 
 {name}_rows, grid (chunk bound, heads, d / BK): one chunk, head and BK channels, with chunk-wide
-products: per row W = T (beta k exp(G)), U = T (beta v), Q' = q exp(G) - (Aqk T) (beta k exp(G)),
-O' = (Aqk T) (beta v), K' = k exp(G_last - G), and exp(G_last) per chunk; W, Q' and K' stored
-in fp16 under 16-bit activations (`narrow_dtype`). Products on tensor cores in TF32 on the GPU,
-as are the in-chunk kernel's products of A and Aqk (on the H200 at 64 heads x 128 and 8192 bf16
-rows: out 2.3e-3 from the fp32 reference against 1.8e-3 with them in fp32, state 8.0e-4
-either way); T_ii's factors and the solve's products stay full fp32.
+products: per row W = T (beta k exp(G)), U = T (beta v), q exp(G), K' = k exp(G_last - G), and
+exp(G_last) per chunk. Products on tensor cores in TF32 on the GPU, as are the in-chunk
+kernel's products of A and Aqk; T_ii's factors and the solve's products stay full fp32.
 
 {name}, grid (d / BV, heads, run bound): walks its run's chunks in order with S[:, BV columns]
-in registers, loaded once from state[slot] and stored once: V' = U - W S; o = O' + Q' S;
-S = exp(G_last) S + K'^T V' (TF32 products on the GPU: 3e-4 relative error in a simulation).
+in registers (fp32), loaded once from state[slot] and stored once; per chunk it stores S (the
+chunk's starting state), then V' = U - W S over U, then S = exp(G_last) S + K'^T V'.
+
+{name}_out, grid (chunk bound, heads, d / BV): every chunk in parallel, o = (q exp(G)) S + Aqk V'
+(the chunk's starting state and its deltas).
+
+Under 16-bit activations every row product, V' and the starting states are stored in fp16
+(`narrow_dtype`: 10 mantissa bits, as TF32) and the walk's and output's products take fp16
+operands. U, V' and S scale with v, so each (chunk, head, column block) of them is divided by a
+power of two that brings its largest entry to 2^14 (`_scale`): fp16's range never clips them.
+On the H200 at 64 heads x 128 and 8192 bf16 rows: out 2.0e-3 from the fp32 reference, state
+5.1e-4 (fp32 U and V' and TF32 walk products: 2.5e-3, 8.0e-4).
 """
 
 from __future__ import annotations
@@ -61,10 +68,11 @@ BK = BV  # channels per program of the row products: [C, BK] tiles beside T (U's
 # there and not kept: one (chunk, head) program over 16-channel steps, each block row one
 # batched [4, 16, 64] product, the solve after a barrier (1.10 ms with the solve, 0.88 without;
 # 255 registers at 4 warps); one block row a program over channel steps (1.9 ms);
-# row products BK 64 at 4 warps 0.87 ms with U and O' in fp32 (8 warps 1.23; all five in fp16
-# 0.81, BK 32 0.94, BK 128 0.97); the walk 8 warps, 2 stages over fp16 products 0.72 ms (1
-# stage 0.86; 4 warps 0.99; BV 128 1.10; BV 32 0.77 to 0.89). Over fp32 products 2 stages need
-# more than the 227 KiB of shared memory: 1 stage.
+# the walk with the output in its loop (before the output kernel): 8 warps, 2 stages 0.72 ms
+# (1 stage 0.86; 4 warps 0.99; BV 128 1.10; BV 32 0.77 to 0.89). With the output kernel apart:
+# rows 4 warps 0.68 ms (8: 0.95); walk 8 warps 0.49-0.51 ms on fp16 operands (4: 0.49-0.50;
+# TF32 over fp32 S 0.75); output 4 warps 0.25-0.30 ms (2: 0.32, 8: 0.35). Over fp32 products
+# the walk's 2 stages need more than the 227 KiB of shared memory: 1 stage.
 INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, OUT_WARPS = 2, 2, 4, 8, 4
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
@@ -112,17 +120,18 @@ def bounds(spec: KDAChunkSpec, rows: int, slots: int) -> tuple[int, int]:
 
 
 def narrow_dtype(act: torch.dtype) -> torch.dtype:
-    """Storage of the row products W, Q' and K' for activations of dtype `act`: fp16 under
-    16-bit activations (10 mantissa bits, as the TF32 products that read them; their factors are
-    unit-norm rows and decays <= 1), fp32 otherwise. U and O' scale with v: always fp32."""
+    """Storage of the row products, V' and the starting states for activations of dtype `act`:
+    fp16 under 16-bit activations (10 mantissa bits, as the TF32 products; W, K' and q exp(G)
+    are unit-norm rows times decays <= 1, U, V' and S are scaled into range), fp32 otherwise."""
     return torch.float16 if act.itemsize == 2 else torch.float32
 
 
 def scratch(spec: KDAChunkSpec, rows: int, slots: int, device,
             act: torch.dtype = torch.float32) -> KDAChunkScratch:
     """Allocate once (outside a captured launch) for the largest step of activations of dtype
-    `act`: 3 d row products in narrow_dtype(act), 2 d + 2 C + 4 fp32 a row and head; at 64
-    heads x 128 and 8192 rows 1.5 GiB in fp32, 1.1 GiB with fp16 products."""
+    `act`: 4 d row products a row and head and a [d, d] state a chunk and head in
+    narrow_dtype(act), the [2, C, C] products fp32; at 64 heads x 128 and 8192 rows of one
+    sequence 1.8 GiB in fp32, 1.0 GiB with fp16."""
     narrow = narrow_dtype(act)
     runs, chunks = bounds(spec, rows, slots)
     h, d, c = spec.heads, spec.head_dim, spec.chunk
@@ -440,25 +449,26 @@ def _rows(name: str) -> str:
     beta = tl.load(coef_ptr + at * 4 + 2, mask=m[:, None], other=0.)
     c = tl.program_id(2) * BK + tl.arange(0, BK)  # this program's channels
     col = h * D + c
-    ofs = at * D + c[None, :]
-    live = m[:, None]
-    G16: tl.constexpr = g_ptr.dtype.element_ty != tl.float32
     g = _tile(g_ptr, r, m, sg, col)
+    gl = tl.cumsum(g, 0)  # G from the chunk's start
+    e = tl.exp(gl)
     k = _tile(k_ptr, r, m, sk, col) * nk
-    _put(kd_ptr + ofs, k * tl.exp(_sums(g, True, G16)), live)  # decayed to the chunk's end
-    tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(tl.sum(g, 0)))  # dead rows' g reads 0
-    e = tl.exp(_sums(g, False, G16))  # decay from the chunk's start
-    _put(qe_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e, live)
     x = k * beta * e
     y = _tile(v_ptr, r, m, sv, col) * beta
     low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # the stored blocks
     tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + t[:, None] * C + t[None, :]
     tt = tl.load(tp, mask=low, other=0.)
+    ofs = at * D + c[None, :]
+    live = m[:, None]
     _put(w_ptr + ofs, _tc(tt, x), live)
     u = _tc(tt, y)  # scales with v: stored / a power of two, into fp16's range
     su = _scale(u)
     _put(u_ptr + ofs, u / su, live)
     tl.store(usc_ptr + (i * H + h) * (D // BK) + tl.program_id(2), su)
+    _put(qe_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e, live)
+    total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
+    _put(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), live)
+    tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(total))
 '''
 
 
