@@ -61,18 +61,10 @@ DK = 16  # channels per step of a steep diagonal block's exact [DK, 16, 16] prod
 BV = 64  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
 BK = BV  # channels per program of the row products: [C, BK] tiles beside T (U's scale blocks
 # are the walk's column blocks)
-# Launch shapes measured on the H200 at 64 heads x 128, 8192 tokens, bf16 in (sweeps of this
-# module's kernels, BENCHMARKS.md): the in-chunk kernel whole-width at 2 warps 2.29 ms with
-# full-fp32 products (4 warps 2.43, 8 warps 4.04), 0.95 ms (0.83 in a later run) with A and Aqk
-# in TF32 (4 warps 1.65, 1 warp 1.52); solve 2 warps 145 us (4: 163, 8: 227). Also measured
-# there and not kept: one (chunk, head) program over 16-channel steps, each block row one
-# batched [4, 16, 64] product, the solve after a barrier (1.10 ms with the solve, 0.88 without;
-# 255 registers at 4 warps); one block row a program over channel steps (1.9 ms);
-# the walk with the output in its loop (before the output kernel): 8 warps, 2 stages 0.72 ms
-# (1 stage 0.86; 4 warps 0.99; BV 128 1.10; BV 32 0.77 to 0.89). With the output kernel apart:
-# rows 4 warps 0.68 ms (8: 0.95); walk 8 warps 0.49-0.51 ms on fp16 operands (4: 0.49-0.50;
-# TF32 over fp32 S 0.75); output 4 warps 0.25-0.30 ms (2: 0.32, 8: 0.35). Over fp32 products
-# the walk's 2 stages need more than the 227 KiB of shared memory: 1 stage.
+# Launch shapes: the fastest of H200 sweeps at 64 heads x 128, 8192 bf16 rows (BENCHMARKS.md has
+# the others): in-chunk 2 warps (TF32 products; 4 warps 1.65x, 1 warp 1.5x slower), solve 2,
+# rows 4 (8: 1.4x), walk 8 with 2 stages over fp16 products (1 stage over fp32 ones: 2 stages
+# exceed 227 KiB), output 4 (2: 1.06x, 8: 1.17x).
 INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, OUT_WARPS = 2, 2, 4, 8, 4
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
@@ -394,9 +386,8 @@ _WALK_ARGS = ["slot_ptr", "state_ptr", "rows", "st_slot", "st_head", "chunk_ptr"
               "count_ptr", *_PRODUCTS, *_STARTS, "H: tl.constexpr", "D: tl.constexpr",
               "C: tl.constexpr", "BV: tl.constexpr"]
 _OUT_ARGS = ["slot_ptr", "o_ptr", "rows", "so", "chunk_ptr", "count_ptr", "u_ptr", "usc_ptr",
-             "qe_ptr",
-             "tp_ptr", *_STARTS, "H: tl.constexpr", "D: tl.constexpr", "C: tl.constexpr",
-             "BV: tl.constexpr"]
+             "qe_ptr", "tp_ptr", *_STARTS, "H: tl.constexpr", "D: tl.constexpr",
+             "C: tl.constexpr", "BV: tl.constexpr"]
 
 
 # the first lines of a (chunk, head) program: chunk i's first row and slot
@@ -407,6 +398,19 @@ _CHUNK_HEAD = """    i = tl.program_id(0)
     row0 = tl.load(chunk_ptr + i)
     s = tl.load(slot_ptr + row0)
 """
+# then the chunk's rows r (live where m) and their offsets at [C, 1] in a [rows, H] layout
+_CHUNK_ROWS = """    t = tl.arange(0, C)
+    r = row0 + t
+    m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
+    live = m[:, None]
+    at = r[:, None].to(tl.int64) * H + h
+"""
+
+
+def _pair(at: str) -> str:
+    """The chunk's [C, C] pair (T, Aqk) at tp and its stored (lower) blocks, low."""
+    return (f"    low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})\n"
+            f"    tp = tp_ptr + {at} * 2 * C * C + t[:, None] * C + t[None, :]\n")
 
 
 def _intra(name: str, spec: KDAChunkSpec) -> str:
@@ -440,11 +444,7 @@ def _rows(name: str) -> str:
     return f'''
 @triton.jit
 {wrap(f"def {name}_rows(", _ROWS_ARGS, "):", 8)}
-{_CHUNK_HEAD}    t = tl.arange(0, C)
-    r = row0 + t
-    m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
-    at = r[:, None].to(tl.int64) * H + h
-    nk = tl.load(coef_ptr + at * 4, mask=m[:, None], other=0.)  # [C, 1]
+{_CHUNK_HEAD}{_CHUNK_ROWS}    nk = tl.load(coef_ptr + at * 4, mask=m[:, None], other=0.)  # [C, 1]
     nq = tl.load(coef_ptr + at * 4 + 1, mask=m[:, None], other=0.)
     beta = tl.load(coef_ptr + at * 4 + 2, mask=m[:, None], other=0.)
     c = tl.program_id(2) * BK + tl.arange(0, BK)  # this program's channels
@@ -455,11 +455,8 @@ def _rows(name: str) -> str:
     k = _tile(k_ptr, r, m, sk, col) * nk
     x = k * beta * e
     y = _tile(v_ptr, r, m, sv, col) * beta
-    low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # the stored blocks
-    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + t[:, None] * C + t[None, :]
-    tt = tl.load(tp, mask=low, other=0.)
+{_pair("(i * H + h).to(tl.int64)")}    tt = tl.load(tp, mask=low, other=0.)
     ofs = at * D + c[None, :]
-    live = m[:, None]
     _put(w_ptr + ofs, _tc(tt, x), live)
     u = _tc(tt, y)  # scales with v: stored / a power of two, into fp16's range
     su = _scale(u)
@@ -517,22 +514,15 @@ def _out(name: str) -> str:
     return f'''
 @triton.jit
 {wrap(f"def {name}_out(", _OUT_ARGS, "):", 8)}
-{_CHUNK_HEAD}    t = tl.arange(0, C)
-    r = row0 + t
-    m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
-    live = m[:, None]
-    at = r[:, None].to(tl.int64) * H + h
-    kk = tl.arange(0, D)
+{_CHUNK_HEAD}{_CHUNK_ROWS}    kk = tl.arange(0, D)
     c = tl.program_id(2) * BV + tl.arange(0, BV)  # this program's output columns (dv)
     at_i = (i * H + h).to(tl.int64)
     hs = tl.load(hs_ptr + at_i * D * D + kk[:, None] * D + c[None, :])  # [D, BV] / sc
     sc = tl.load(hsc_ptr + at_i * (D // BV) + tl.program_id(2))
-    low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # Aqk's stored blocks
-    tp = tp_ptr + at_i * 2 * C * C + C * C + t[:, None] * C + t[None, :]
-    o = _tc(tl.load(qe_ptr + at * D + kk[None, :], mask=live, other=0.), hs) * sc
+{_pair("at_i")}    o = _tc(tl.load(qe_ptr + at * D + kk[None, :], mask=live, other=0.), hs) * sc
     vn = tl.load(u_ptr + at * D + c[None, :], mask=live, other=0.)  # V' / sv
     sv = tl.load(usc_ptr + at_i * (D // BV) + tl.program_id(2))
-    o += _tc(tl.load(tp, mask=low, other=0.).to(vn.dtype), vn) * sv
+    o += _tc(tl.load(tp + C * C, mask=low, other=0.).to(vn.dtype), vn) * sv  # Aqk V'
     tl.store(o_ptr + r[:, None].to(tl.int64) * so + h * D + c[None, :],
              o.to(o_ptr.dtype.element_ty), mask=live)
 '''
