@@ -32,7 +32,8 @@ exp(G_last) per chunk. Products on tensor cores in TF32 on the GPU, as are the i
 kernel's products of A and Aqk; T_ii's factors and the solve's products stay full fp32.
 
 {name}, grid (d / BV, heads, run bound): walks its run's chunks in order with S[:, BV columns]
-in registers (fp32), loaded once from state[slot] and stored once; per chunk it stores S (the
+in registers (fp32), loaded once from state[slot] and stored once; chunk i's rows lie C (i -
+first) rows past the run's first, so no load sits between chunks; per chunk it stores S (the
 chunk's starting state), then V' = U - W S over U, then S = exp(G_last) S + K'^T V'.
 
 {name}_out, grid (chunk bound, heads, d / BV): every chunk in parallel, o = (q exp(G)) S + Aqk V'
@@ -63,8 +64,8 @@ BK = BV  # channels per program of the row products: [C, BK] tiles beside T (U's
 # are the walk's column blocks)
 # Launch shapes: the fastest of H200 sweeps at 64 heads x 128, 8192 bf16 rows (BENCHMARKS.md has
 # the others): in-chunk 2 warps (TF32 products; 4 warps 1.65x, 1 warp 1.5x slower), solve 2,
-# rows 4 (8: 1.4x), walk 8 with 2 stages over fp16 products (1 stage over fp32 ones: 2 stages
-# exceed 227 KiB), output 4 (2: 1.06x, 8: 1.17x).
+# rows 4 (8: 1.4x), walk 8 with 3 stages over fp16 products (2: 1.19x; its decay loaded first
+# and no load between chunks; 1 stage over fp32 ones: 2 exceed 227 KiB), output 4 (2: 1.06x).
 INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, OUT_WARPS = 2, 2, 4, 8, 4
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
@@ -480,16 +481,21 @@ def _walk(name: str) -> str:
         return
     first = tl.load(run_ptr + p)
     last = tl.load(run_ptr + p + 1)
-    s = tl.load(slot_ptr + tl.load(chunk_ptr + first))
+    row0 = tl.load(chunk_ptr + first)  # the run's rows are contiguous: chunk i starts C rows on
+    s = tl.load(slot_ptr + row0)
+    t = tl.arange(0, C)
+    tail = tl.load(chunk_ptr + last - 1)  # the run ends inside its last chunk
+    live = (tail + t < rows) & (tl.load(slot_ptr + tail + t, mask=tail + t < rows, other=-1) == s)
+    end = tail + tl.sum(live.to(tl.int32), 0)
     c = tl.program_id(0) * BV + tl.arange(0, BV)  # this program's state columns (dv)
     kk = tl.arange(0, D)  # state rows (dk)
-    t = tl.arange(0, C)
     NB: tl.constexpr = D // BV
     st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
     S = tl.load(st)  # [D, BV] fp32
-{head}        r = tl.load(chunk_ptr + i) + t
-        m = ((r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s))[:, None]
+{head}        r = row0 + (i - first) * C + t  # no load on the chain from one chunk to the next
+        m = (r < end)[:, None]
         at = r[:, None].to(tl.int64) * H + h
+        decay = tl.load(decay_ptr + (i * H + h) * D + kk)  # first: its latency under the products
         sc = _scale(S)
         sn = (S / sc).to(w_ptr.dtype.element_ty)  # the products' operand, in the narrow dtype
         at_i = (i * H + h).to(tl.int64)
@@ -504,7 +510,6 @@ def _walk(name: str) -> str:
         tl.store(un, vn, mask=m)  # in place of U (and its scale), for the output kernel
         tl.store(usc, sv)
         kd = tl.load(kd_ptr + at * D + kk[None, :], mask=m, other=0.)
-        decay = tl.load(decay_ptr + (i * H + h) * D + kk)
         S = decay[:, None] * S + _tc(tl.trans(kd), vn) * sv
 {tail}    tl.store(st, S)
 '''
@@ -609,6 +614,6 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     walk[(d // bv, h, runs)](slot, state, rows, state.stride(0), state.stride(1), work.chunks,
                              work.runs, work.count, *products, *starts, H=h, D=d, C=c, BV=bv,
                              num_warps=WALK_WARPS,
-                             num_stages=2 if work.w.element_size() == 2 else 1)
+                             num_stages=3 if work.w.element_size() == 2 else 1)
     out_k[(chunks, h, d // bv)](slot, out, rows, out.stride(0), *tables, work.u, work.usc, work.qe,
                                 work.tp, *starts, H=h, D=d, C=c, BV=bv, num_warps=OUT_WARPS)
