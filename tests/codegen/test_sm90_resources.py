@@ -96,13 +96,14 @@ def _kda_chunk_kernels() -> dict[str, tuple[dict, dict, int, int, tuple[str, ...
     return {"intra": (types, shape, kda_chunk.INTRA_WARPS, 1, strided),
             "solve": (types, shape, kda_chunk.SOLVE_WARPS, 1, ()),
             "rows": (types, shape | {"BK": kda_chunk.BK}, kda_chunk.ROWS_WARPS, 1, strided),
-            "": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.WALK_WARPS, 2, strided),
+            "": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.WALK_WARPS, kda_chunk.WALK_STAGES,
+                 strided),
             "out": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.OUT_WARPS, 1, strided)}
 
 
 @pytest.mark.parametrize("kernel", ["intra", "solve", "rows", "", "out"])
 def test_kda_chunk_kernels_fit_shared_memory(kernel: str, tmp_path) -> None:
-    """The chunked KDA prefill's kernels (the walk with its two stages of fp16 products)."""
+    """The chunked KDA prefill's kernels (the walk with its stages of fp16 products)."""
     with overrides(interpret=False):
         source = kda_chunk.source("probe", kda_chunk.KDAChunkSpec(64, 128))
     types, consts, warps, stages, strided = _kda_chunk_kernels()[kernel]

@@ -64,9 +64,11 @@ BK = BV  # channels per program of the row products: [C, BK] tiles beside T (U's
 # are the walk's column blocks)
 # Launch shapes: the fastest of H200 sweeps at 64 heads x 128, 8192 bf16 rows (BENCHMARKS.md has
 # the others): in-chunk 2 warps (TF32 products; 4 warps 1.65x, 1 warp 1.5x slower), solve 2,
-# rows 4 (8: 1.4x), walk 8 with 3 stages over fp16 products (2: 1.19x; its decay loaded first
-# and no load between chunks; 1 stage over fp32 ones: 2 exceed 227 KiB), output 4 (2: 1.06x).
+# rows 4 (8: 1.4x), walk 8 with 3 stages over fp16 products (0.39 ms with its decay loaded
+# first and no load between chunks; 0.51 at 2 stages with both; fp32 products fit 1 stage in
+# 227 KiB), output 4 (2: 1.06x).
 INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, OUT_WARPS = 2, 2, 4, 8, 4
+WALK_STAGES = 3  # over fp16 products (fp32 ones take 1)
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
 # below fp32's normal range; a steeper block takes the exact [DK, 16, 16] form
@@ -450,20 +452,21 @@ def _rows(name: str) -> str:
     beta = tl.load(coef_ptr + at * 4 + 2, mask=m[:, None], other=0.)
     c = tl.program_id(2) * BK + tl.arange(0, BK)  # this program's channels
     col = h * D + c
-    g = _tile(g_ptr, r, m, sg, col)
+    g = _tile(g_ptr, r, m, sg, col)  # every load first: their latencies overlap
+    k = _tile(k_ptr, r, m, sk, col) * nk
+    y = _tile(v_ptr, r, m, sv, col) * beta
+    qn = _tile(q_ptr, r, m, sq, col) * nq
+{_pair("(i * H + h).to(tl.int64)")}    tt = tl.load(tp, mask=low, other=0.)
     gl = tl.cumsum(g, 0)  # G from the chunk's start
     e = tl.exp(gl)
-    k = _tile(k_ptr, r, m, sk, col) * nk
     x = k * beta * e
-    y = _tile(v_ptr, r, m, sv, col) * beta
-{_pair("(i * H + h).to(tl.int64)")}    tt = tl.load(tp, mask=low, other=0.)
     ofs = at * D + c[None, :]
     _put(w_ptr + ofs, _tc(tt, x), live)
     u = _tc(tt, y)  # scales with v: stored / a power of two, into fp16's range
     su = _scale(u)
     _put(u_ptr + ofs, u / su, live)
     tl.store(usc_ptr + (i * H + h) * (D // BK) + tl.program_id(2), su)
-    _put(qe_ptr + ofs, _tile(q_ptr, r, m, sq, col) * nq * e, live)
+    _put(qe_ptr + ofs, qn * e, live)
     total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
     _put(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), live)
     tl.store(decay_ptr + (i * H + h) * D + c, tl.exp(total))
@@ -614,6 +617,6 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     walk[(d // bv, h, runs)](slot, state, rows, state.stride(0), state.stride(1), work.chunks,
                              work.runs, work.count, *products, *starts, H=h, D=d, C=c, BV=bv,
                              num_warps=WALK_WARPS,
-                             num_stages=3 if work.w.element_size() == 2 else 1)
+                             num_stages=WALK_STAGES if work.w.element_size() == 2 else 1)
     out_k[(chunks, h, d // bv)](slot, out, rows, out.stride(0), *tables, work.u, work.usc, work.qe,
                                 work.tp, *starts, H=h, D=d, C=c, BV=bv, num_warps=OUT_WARPS)
