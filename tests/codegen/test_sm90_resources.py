@@ -98,7 +98,8 @@ def _kda_chunk_kernels() -> dict[str, tuple[dict, dict, int, int, tuple[str, ...
             "rows": (types, shape | {"BK": kda_chunk.BK}, kda_chunk.ROWS_WARPS, 1, strided),
             "": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.WALK_WARPS, kda_chunk.WALK_STAGES,
                  strided),
-            "out": (types, shape | {"BV": kda_chunk.BV}, kda_chunk.OUT_WARPS, 1, strided)}
+            "out": (types, shape | {"BV": kda_chunk.BV, "BVO": kda_chunk.OUT_BV},
+                    kda_chunk.OUT_WARPS, 1, strided)}
 
 
 @pytest.mark.parametrize("kernel", ["intra", "solve", "rows", "", "out"])

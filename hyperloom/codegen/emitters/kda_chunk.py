@@ -36,8 +36,8 @@ in registers (fp32), loaded once from state[slot] and stored once; chunk i's row
 first) rows past the run's first, so no load sits between chunks; per chunk it stores S (the
 chunk's starting state), then V' = U - W S over U, then S = exp(G_last) S + K'^T V'.
 
-{name}_out, grid (chunk bound, heads, d / BV): every chunk in parallel, o = (q exp(G)) S + Aqk V'
-(the chunk's starting state and its deltas).
+{name}_out, grid (chunk bound, heads, d / OUT_BV): every chunk in parallel,
+o = (q exp(G)) S + Aqk V' (the chunk's starting state and its deltas).
 
 Under 16-bit activations every row product, V' and the starting states are stored in fp16
 (`narrow_dtype`: 10 mantissa bits, as TF32) and the walk's and output's products take fp16
@@ -60,14 +60,16 @@ CHUNK = 64  # rows per chunk: the products' tile height
 SUB = 16  # rows per block of the in-chunk matrices (the smallest tl.dot tile)
 DK = 16  # channels per step of a steep diagonal block's exact [DK, 16, 16] product
 BV = 64  # state columns (dv) per program of the chunk walk: a [d, BV] fp32 tile
+OUT_BV = 128  # output columns per program: q e^G and Aqk read once a (chunk, head) at d 128
 BK = BV  # channels per program of the row products: [C, BK] tiles beside T (U's scale blocks
 # are the walk's column blocks)
 # Launch shapes: the fastest of H200 sweeps at 64 heads x 128, 8192 bf16 rows (BENCHMARKS.md has
 # the others): in-chunk 2 warps (TF32 products; 4 warps 1.65x, 1 warp 1.5x slower), solve 2,
 # rows 4 (8: 1.4x), walk 8 with 3 stages over fp16 products (0.39 ms with its decay loaded
-# first and no load between chunks; 0.51 at 2 stages with both; fp32 products fit 1 stage in
-# 227 KiB), output 4 (2: 1.06x).
-INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, OUT_WARPS = 2, 2, 4, 8, 4
+# first and no load between chunks; 0.51 at 2 stages, the chunk table and slots read per
+# chunk; fp32 products fit 1 stage in 227 KiB), output 8 over 128 columns (0.236 ms; 64 columns
+# at 4 warps 0.259, at 2 1.06x of that).
+INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, OUT_WARPS = 2, 2, 4, 8, 8
 WALK_STAGES = 3  # over fp16 products (fp32 ones take 1)
 # a diagonal block whose log decay stays above -STEEP in every channel is one product of
 # k exp(G) and k exp(-G): factors within [e^-64, e^64], products and their sums finite, nothing
@@ -287,9 +289,10 @@ def _block(b: str, at: str, pad: str = " " * 4) -> str:
 
 _OWN_BLOCK = """    k = _tile(k_ptr, ri, mi, sk, cols)  # [BC, D]: the head's whole width
     q = _tile(q_ptr, ri, mi, sq, cols)
+    gi = _tile(g_ptr, ri, mi, sg, cols)  # loaded with k and q: their latencies overlap
+    bi = tl.load(b_ptr + ri.to(tl.int64) * sb + h, mask=mi, other=0.)
     nki = _rnorm(k)
     nqi = _rnorm(q) * Q_SCALE
-    bi = tl.load(b_ptr + ri.to(tl.int64) * sb + h, mask=mi, other=0.)
     bi = tl.where(mi, tl.sigmoid(bi.to(tl.float32)), 0.)
     cf = coef_ptr + (ri.to(tl.int64) * H + h) * 4  # for the row products
     tl.store(cf, nki, mask=mi)
@@ -297,7 +300,7 @@ _OWN_BLOCK = """    k = _tile(k_ptr, ri, mi, sk, cols)  # [BC, D]: the head's wh
     tl.store(cf + 2, bi, mask=mi)
     k *= nki[:, None]
     q *= nqi[:, None]
-    gl = _sums(_tile(g_ptr, ri, mi, sg, cols), False, G16)  # log decay from the block's start
+    gl = _sums(gi, False, G16)  # log decay from the block's start
     ki = k * tl.exp(gl)
     qi = q * tl.exp(gl)
 """
@@ -390,7 +393,7 @@ _WALK_ARGS = ["slot_ptr", "state_ptr", "rows", "st_slot", "st_head", "chunk_ptr"
               "C: tl.constexpr", "BV: tl.constexpr"]
 _OUT_ARGS = ["slot_ptr", "o_ptr", "rows", "so", "chunk_ptr", "count_ptr", "u_ptr", "usc_ptr",
              "qe_ptr", "tp_ptr", *_STARTS, "H: tl.constexpr", "D: tl.constexpr",
-             "C: tl.constexpr", "BV: tl.constexpr"]
+             "C: tl.constexpr", "BV: tl.constexpr", "BVO: tl.constexpr"]
 
 
 # the first lines of a (chunk, head) program: chunk i's first row and slot
@@ -523,14 +526,15 @@ def _out(name: str) -> str:
 @triton.jit
 {wrap(f"def {name}_out(", _OUT_ARGS, "):", 8)}
 {_CHUNK_HEAD}{_CHUNK_ROWS}    kk = tl.arange(0, D)
-    c = tl.program_id(2) * BV + tl.arange(0, BV)  # this program's output columns (dv)
+    c = tl.program_id(2) * BVO + tl.arange(0, BVO)  # this program's output columns (dv)
     at_i = (i * H + h).to(tl.int64)
-    hs = tl.load(hs_ptr + at_i * D * D + kk[:, None] * D + c[None, :])  # [D, BV] / sc
-    sc = tl.load(hsc_ptr + at_i * (D // BV) + tl.program_id(2))
-{_pair("at_i")}    o = _tc(tl.load(qe_ptr + at * D + kk[None, :], mask=live, other=0.), hs) * sc
+    hs = tl.load(hs_ptr + at_i * D * D + kk[:, None] * D + c[None, :])  # [D, BVO] / sc
+    qe = tl.load(qe_ptr + at * D + kk[None, :], mask=live, other=0.)
     vn = tl.load(u_ptr + at * D + c[None, :], mask=live, other=0.)  # V' / sv
-    sv = tl.load(usc_ptr + at_i * (D // BV) + tl.program_id(2))
-    o += _tc(tl.load(tp + C * C, mask=low, other=0.).to(vn.dtype), vn) * sv  # Aqk V'
+{_pair("at_i")}    aqk = tl.load(tp + C * C, mask=low, other=0.)
+    sc = tl.load(hsc_ptr + at_i * (D // BV) + c // BV)[None, :]  # a scale per BV columns
+    sv = tl.load(usc_ptr + at_i * (D // BV) + c // BV)[None, :]
+    o = _tc(qe, hs) * sc + _tc(aqk.to(vn.dtype), vn) * sv  # (q e^G) S + Aqk V'
     tl.store(o_ptr + r[:, None].to(tl.int64) * so + h * D + c[None, :],
              o.to(o_ptr.dtype.element_ty), mask=live)
 '''
@@ -618,5 +622,7 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
                              work.runs, work.count, *products, *starts, H=h, D=d, C=c, BV=bv,
                              num_warps=WALK_WARPS,
                              num_stages=WALK_STAGES if work.w.element_size() == 2 else 1)
-    out_k[(chunks, h, d // bv)](slot, out, rows, out.stride(0), *tables, work.u, work.usc, work.qe,
-                                work.tp, *starts, H=h, D=d, C=c, BV=bv, num_warps=OUT_WARPS)
+    bvo = min(OUT_BV, d)
+    out_k[(chunks, h, d // bvo)](slot, out, rows, out.stride(0), *tables, work.u, work.usc, work.qe,
+                                work.tp, *starts, H=h, D=d, C=c, BV=bv, BVO=bvo,
+                                num_warps=OUT_WARPS)
