@@ -464,11 +464,19 @@ def _rows(name: str) -> str:
     e = tl.exp(gl)
     x = k * beta * e
     ofs = at * D + c[None, :]
-    _put(w_ptr + ofs, _tc(tt, x), live)
-    u = _tc(tt, y)  # scales with v: stored / a power of two, into fp16's range
-    su = _scale(u)
+    if w_ptr.dtype.element_ty == tl.float16:  # fp16 operands, T and v scaled into range
+        st = _scale(tt)
+        tn = (tt / st).to(tl.float16)
+        _put(w_ptr + ofs, tl.dot(tn, x.to(tl.float16)) * st, live)  # |x| <= 1
+        sy = _scale(y)
+        u = tl.dot(tn, (y / sy).to(tl.float16)) * st  # T v / sy
+    else:
+        _put(w_ptr + ofs, _tc(tt, x), live)
+        sy = 1.0
+        u = _tc(tt, y)
+    su = _scale(u)  # U scales with v: stored / a power of two, into fp16's range
     _put(u_ptr + ofs, u / su, live)
-    tl.store(usc_ptr + (i * H + h) * (D // BK) + tl.program_id(2), su)
+    tl.store(usc_ptr + (i * H + h) * (D // BK) + tl.program_id(2), su * sy)
     _put(qe_ptr + ofs, qn * e, live)
     total = tl.sum(g, 0)  # G_last (dead rows' g reads 0)
     _put(kd_ptr + ofs, k * tl.exp(total[None, :] - gl), live)
