@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from hyperloom.errors import require, require_shape
 
 if TYPE_CHECKING:
-    from hyperloom.codegen.emitters.matmul import MatmulSpec
+    from hyperloom.codegen.emitters.matmul_spec import MatmulSpec
 
 
 def _shape(t) -> str:

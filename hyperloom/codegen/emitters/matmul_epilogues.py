@@ -11,7 +11,7 @@ from hyperloom.codegen.emitters import hc_pre, kda_gate
 from hyperloom.codegen.emitters.text import indented, wrap
 
 if TYPE_CHECKING:
-    from hyperloom.codegen.emitters.matmul import MatmulSpec
+    from hyperloom.codegen.emitters.matmul_spec import MatmulSpec
 
 
 def epilogue(spec: MatmulSpec) -> list[str]:

@@ -12,7 +12,7 @@ from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.passes.kernel_plan import GEMV_ROWS
 
 if TYPE_CHECKING:
-    from hyperloom.codegen.emitters.matmul import MatmulSpec
+    from hyperloom.codegen.emitters.matmul_spec import MatmulSpec
 
 SMS = 132  # H200 multiprocessors: the GEMV tiling wants a few programs on each
 SMEM_BYTES = 160 * 1024  # pipelined operand tiles (Hopper: 227 KB a block, the rest scratch)
