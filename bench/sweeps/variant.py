@@ -1,0 +1,67 @@
+"""A variant of the chunked KDA prefill (`hyperloom.codegen.emitters.kda_chunk`) as patches over
+its generated source and its launch, for `kda_chunk.py` in this folder. A variant file holds
+
+    from variant import make
+    globals().update(make(text=[(old, new)], consts={"ROWS_WARPS": 8}))
+
+text: (old, new) pairs replaced in the module source (each must occur) or functions of (source,
+kernel-name prefix); consts: kda_chunk's constants while a launch runs; opts / grids: {kernel
+index in kernel_names order: extra launch options / a function of the launch's grid}."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hyperloom.codegen.emitters import kda_chunk as host
+
+Text = tuple[str, str] | Callable[[str, str], str]
+
+
+class _Launch:
+    """A loaded kernel whose launches take extra options and a rewritten grid."""
+
+    def __init__(self, kernel, opts: dict, grid: Callable | None) -> None:
+        self.kernel, self.opts, self.grid = kernel, opts, grid
+
+    def __getitem__(self, grid: tuple):
+        run = self.kernel[self.grid(grid) if self.grid else grid]
+        return lambda *a, **kw: run(*a, **kw, **self.opts)
+
+
+def _patched(source: str, name: str, text: list[Text]) -> str:
+    for fix in text:
+        if callable(fix):
+            source = fix(source, name)
+            continue
+        old, new = fix
+        if old not in source:
+            raise ValueError(f"variant text not in the source: {old[:60]!r}")
+        source = source.replace(old, new)
+    return source
+
+
+def make(text: list[Text] = (), consts: dict | None = None, opts: dict | None = None,
+         grids: dict | None = None) -> dict:
+    """The kda_chunk API (spec, scratch, kernel names, source, launch, constants) of the variant."""
+    consts, opts, grids = consts or {}, opts or {}, grids or {}
+    base_source, base_launch = host.source, host.launch
+
+    def source(name, spec, header=""):
+        return _patched(base_source(name, spec, header), name, list(text))
+
+    def launch(kernels, *args, **kwargs):
+        kernels = tuple(_Launch(k, opts.get(i, {}), grids.get(i)) if i in opts or i in grids
+                        else k for i, k in enumerate(kernels))
+        saved = {k: getattr(host, k) for k in consts}
+        for k, v in consts.items():
+            setattr(host, k, v)
+        try:
+            base_launch(kernels, *args, **kwargs)
+        finally:
+            for k, v in saved.items():
+                setattr(host, k, v)
+
+    api = {k: getattr(host, k) for k in ("KDAChunkSpec", "scratch", "kernel_names", "bounds",
+                                         "narrow_dtype")}
+    return api | {k: getattr(host, k) for k in dir(host) if k.isupper()} | consts | {
+        "source": source, "launch": launch}

@@ -1,0 +1,46 @@
+"""bench/sweeps/kda_chunk.py, the variant sweep of the chunked KDA prefill: on the CPU it checks
+every variant against the fp32 reference (a dry run before a device call), and a variant that
+computes something else shows its error."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from tests.tolerances import REL
+
+SWEEPS = Path(__file__).resolve().parents[2] / "bench" / "sweeps"
+
+
+def _sweep():
+    spec = importlib.util.spec_from_file_location("kda_chunk_sweep", SWEEPS / "kda_chunk.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _variant(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / f"{name}.py"
+    path.write_text("from variant import make\n\nglobals().update(make(" + text + "))\n")
+    return str(path)
+
+
+def test_variants_are_checked_against_the_reference(tmp_path) -> None:
+    import torch
+    same = _variant(tmp_path, "warps", 'consts={"ROWS_WARPS": 2}')
+    # Aqk's diagonal blocks zeroed: the output loses each row's own contribution
+    wrong = _variant(tmp_path, "wrong", 'text=[("    pd = tl.where(j[:, None] >= j[None, :], '
+                                        'pd, 0.)\\n", "    pd = pd * 0.\\n")]')
+    got = {r["variant"]: r for r in _sweep().main(["40", "committed", same, wrong])}
+    for ok in ("committed", same):
+        assert got[ok]["out_err"] < REL[torch.float32], got[ok]
+        assert got[ok]["state_err"] < REL[torch.float32], got[ok]
+    assert got[wrong]["out_err"] > 1e-2, got[wrong]
+
+
+def test_a_patch_that_does_not_apply_is_refused(tmp_path) -> None:
+    bad = _variant(tmp_path, "bad", 'text=[("no such line\\n", "")]')
+    with pytest.raises(ValueError, match="variant text not in the source"):
+        _sweep().main(["20", bad])
