@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from hyperloom.bench import kda as kb
+from hyperloom.bench.scenarios import rel_err
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import kda_chunk
 from hyperloom.codegen.emitters.kda import KDASpec
@@ -58,10 +59,6 @@ class _Timed:
         return call
 
 
-def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
-    return ((got.float() - want.float()).norm() / want.float().norm()).item()
-
-
 def sweep_one(mod, tag: str, x, want, heads: int, head_dim: int) -> dict:
     """{"tag", "out_err", "state_err"} and, on a GPU, "total_us" and each launch's median µs."""
     spec = mod.KDAChunkSpec(heads, head_dim)
@@ -78,7 +75,7 @@ def sweep_one(mod, tag: str, x, want, heads: int, head_dim: int) -> dict:
                    out=out, rows=x.rows, work=work)
 
     step(kernels)
-    res = {"tag": tag, "out_err": _rel(out, want[0]), "state_err": _rel(state, want[1])}
+    res = {"tag": tag, "out_err": rel_err(out, want[0]), "state_err": rel_err(state, want[1])}
     if x.q.device.type != "cuda":
         return res
     log: list = []
