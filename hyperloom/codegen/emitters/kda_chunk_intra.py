@@ -60,6 +60,12 @@ def _sums(g, after: tl.constexpr, exact16: tl.constexpr):
 
 
 @triton.jit
+def _live(slot_ptr, r, rows, s):
+    """Which rows r are in bounds and slot s's."""
+    return (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
+
+
+@triton.jit
 def _tile(x_ptr, r, m, sx, col):
     """Rows r (live where m) of x at columns col, fp32; dead rows read 0."""
     x = tl.load(x_ptr + r[:, None].to(tl.int64) * sx + col[None, :], mask=m[:, None], other=0.)
@@ -115,7 +121,7 @@ CHUNK_HEAD = """    i = tl.program_id(0)
 # then the chunk's rows r (live where m) and their offsets at [C, 1] in a [rows, H] layout
 CHUNK_ROWS = """    t = tl.arange(0, C)
     r = row0 + t
-    m = (r < rows) & (tl.load(slot_ptr + r, mask=r < rows, other=-1) == s)
+    m = _live(slot_ptr, r, rows, s)
     live = m[:, None]
     at = r[:, None].to(tl.int64) * H + h
 """
@@ -130,8 +136,7 @@ def pair(at: str) -> str:
 def _block(b: str, at: str, pad: str = " " * 4) -> str:
     """Rows r{b} of block `at` of the chunk and their live mask m{b}."""
     return (f"{pad}r{b} = row0 + {at} * BC + j\n"
-            f"{pad}m{b} = (r{b} < rows) & (tl.load(slot_ptr + r{b}, mask=r{b} < rows, other=-1)"
-            " == s)\n")
+            f"{pad}m{b} = _live(slot_ptr, r{b}, rows, s)\n")
 
 
 _OWN_BLOCK = """    k = _tile(k_ptr, ri, mi, sk, cols)  # [BC, D]: the head's whole width
