@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from hyperloom.bench import kda as kb
+from hyperloom.bench.kernels import load_emitters
 from hyperloom.bench.scenarios import rel_err
-from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import kda_chunk
 from hyperloom.codegen.emitters.kda import KDASpec
 
@@ -64,8 +64,7 @@ def sweep_one(mod, tag: str, x, want, heads: int, head_dim: int) -> dict:
     spec = mod.KDAChunkSpec(heads, head_dim)
     name = f"sweep_{tag}"
     names = mod.kernel_names(name)
-    src = mod.source(name, spec)
-    kernels = tuple(load(src, n, x.q.device, name) for n in names)
+    (kernels,) = load_emitters(x.q.device, (mod, spec, name))
     work = mod.scratch(spec, x.rows, x.batch, x.q.device, x.q.dtype)
     state, out = x.state.clone(), torch.empty_like(x.q)
 
