@@ -41,6 +41,9 @@ BK = BV  # channels per program of the row products: [C, BK] tiles beside T (U's
 # chunk; fp32 products fit 1 stage in 227 KiB), output 8 over 128 columns (0.236 ms; 64 columns
 # at 4 warps 0.259, at 2 1.06x of that).
 INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, OUT_WARPS = 2, 2, 4, 8, 8
+# the in-chunk kernel capped at 168 registers a thread (253 uncapped): 6 programs a
+# multiprocessor, not 4 (in-chunk 798 -> 715 us; 128: 752, 96: 870)
+INTRA_MAXNREG = 168
 WALK_STAGES = 3  # over fp16 products (fp32 ones take 1)
 PLAN_ROWS = 1024  # rows per step of the plan's scan
 
@@ -224,7 +227,7 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
     intra[(chunks, h, c // SUB)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
                                  b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c,
-                                 num_warps=INTRA_WARPS)
+                                 num_warps=INTRA_WARPS, maxnreg=INTRA_MAXNREG)
     solve[(chunks, h)](work.tp, work.count, H=h, C=c, num_warps=SOLVE_WARPS)
     bk = min(BK, d)
     rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),

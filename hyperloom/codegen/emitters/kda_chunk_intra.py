@@ -6,7 +6,8 @@ chunk-parallel kernels of `kda_chunk_walk` share.
 the head's whole width (every product is d deep). With G the cumulative log decay from the
 chunk's start, A[i, j] = beta_i sum_c k_i k_j exp(G_i - G_j) (j < i) and Aqk the same with q_i
 (j <= i), block row i: each block left of the diagonal a tl.dot of both sides decayed to the
-boundary between them (every exponent a sum of g over a span of rows, never positive: g <= 0);
+boundary between them (every exponent a sum of g over a span of rows, never positive: g <= 0;
+fp16 operands under 16-bit activations, every factor <= 1), stored as soon as it is formed;
 the diagonal block a tl.dot of k exp(G) and k exp(-G) where the block's decay keeps both within
 fp32 (STEEP), else a masked [DK, 16, 16] product of exponents <= 0, a channel tile at a time.
 Nothing overflows however steep the decay. Stores beta A's blocks, with T_ii = (I + A_ii)^-1 (a
@@ -38,8 +39,8 @@ def _mm(a, b):
 
 @triton.jit
 def _tc(a, b):
-    """The in-chunk products of A and Aqk, and the row products of fp32 operands, on tensor
-    cores in TF32."""
+    """The in-chunk products of A and Aqk and the row products on tensor cores: TF32 where the
+    operands are fp32."""
     return tl.dot(a, b, input_precision="tf32")
 
 
@@ -155,6 +156,8 @@ _OWN_BLOCK = """    k = _tile(k_ptr, ri, mi, sk, cols)  # [BC, D]: the head's wh
     gl = _sums(gi, False, G16)  # log decay from the block's start
     ki = k * tl.exp(gl)
     qi = q * tl.exp(gl)
+    ki16 = ki.to(NT)  # the left blocks' operands: |k e^G|, |q e^G| <= 1
+    qi16 = qi.to(NT)
 """
 
 # the diagonal block: one product of k exp(G) and k exp(-G) while every channel's decay in the
@@ -177,38 +180,33 @@ _DIAGONAL = """    if tl.min(gl) >= -STEEP:
 
 
 def _left_blocks(nc: int) -> str:
-    """Blocks a{J}, p{J} left of the diagonal (J < ib), each one product over the head's width
-    of both sides decayed to the boundary between the blocks; J descends so that `span` sums g
-    over the blocks between J and ib (every exponent a sum of g <= 0)."""
-    out = ["".join(f"    a{x} = tl.zeros([BC, BC], dtype=tl.float32)\n"
-                   f"    p{x} = tl.zeros([BC, BC], dtype=tl.float32)\n" for x in range(nc - 1)),
-           "    span = tl.zeros([1, D], dtype=tl.float32)\n"]
+    """Blocks J left of the diagonal (J < ib), each one product over the head's width of both
+    sides decayed to the boundary between the blocks (operands in NT: every factor <= 1), stored
+    at once (beta A's and Aqk's); J descends so that `span` sums g over the blocks between J and
+    ib (every exponent a sum of g <= 0)."""
+    out = ["    span = tl.zeros([1, D], dtype=tl.float32)\n"
+           "    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + (ib * BC + j)[:, None] * C "
+           "+ j[None, :]\n"]
     for x in range(nc - 2, -1, -1):
         out.append(f"    if {x} < ib:\n" + _block(str(x), str(x), " " * 8) +
                    f"        gj = _tile(g_ptr, r{x}, m{x}, sg, cols)\n"
                    "        gt = tl.sum(gj, 0)[None, :]\n"
                    f"        kj = _tile(k_ptr, r{x}, m{x}, sk, cols)\n"
                    "        kj *= _rnorm(kj)[:, None] * tl.exp(_sums(gj, True, G16) + span)\n"
-                   f"        a{x} = _tc(ki, tl.trans(kj))\n"
-                   f"        p{x} = _tc(qi, tl.trans(kj))\n"
+                   "        kj = tl.trans(kj.to(NT))\n"
+                   f"        tl.store(tp + {x * SUB}, _tc(ki16, kj) * bi[:, None])\n"
+                   f"        tl.store(tp + C * C + {x * SUB}, _tc(qi16, kj))\n"
                    "        span += gt\n")
     return "".join(out)
 
 
-def _store_block(nc: int) -> str:
-    """beta A, T_ii = (I + A_ii)^-1 in A's diagonal block (the solve reads no other use of
-    it), and Aqk: row block ib of the chunk's [2, C, C] pair."""
-    out = ["    ad = tl.where(j[:, None] > j[None, :], ad, 0.) * bi[:, None]\n",
-           "    pd = tl.where(j[:, None] >= j[None, :], pd, 0.)\n",
-           "    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + (ib * BC + j)[:, None] * C "
-           "+ j[None, :]\n",
-           "    tl.store(tp + ib * BC, _unit_lower_inv(ad, BC))\n",
-           "    tl.store(tp + C * C + ib * BC, pd)\n"]
-    for x in range(nc - 1):
-        out.append(f"    if {x} < ib:\n"
-                   f"        tl.store(tp + {x * SUB}, a{x} * bi[:, None])\n"
-                   f"        tl.store(tp + C * C + {x * SUB}, p{x})\n")
-    return "".join(out)
+# the diagonal block of row block ib of the chunk's [2, C, C] pair: T_ii = (I + A_ii)^-1 in
+# beta A's (the solve reads no other use of it), and Aqk's
+_STORE_DIAGONAL = """    ad = tl.where(j[:, None] > j[None, :], ad, 0.) * bi[:, None]
+    pd = tl.where(j[:, None] >= j[None, :], pd, 0.)
+    tl.store(tp + ib * BC, _unit_lower_inv(ad, BC))
+    tl.store(tp + C * C + ib * BC, pd)
+"""
 
 
 def _pairs(nc: int) -> list[tuple[int, int]]:
@@ -247,9 +245,11 @@ def intra_source(name: str, chunk: int, head_dim: int) -> str:
       f"STEEP: tl.constexpr = {STEEP}"], "):", 8)}
 {CHUNK_HEAD}    ib = tl.program_id(2)  # this program's row block
     G16: tl.constexpr = g_ptr.dtype.element_ty != tl.float32
+    # fp16 operands of the left blocks' products under 16-bit activations (TF32's mantissa)
+    NT: tl.constexpr = tl.float32 if q_ptr.dtype.element_ty == tl.float32 else tl.float16
     j = tl.arange(0, BC)
     cols = h * D + tl.arange(0, D)
-{_block("i", "ib")}{_OWN_BLOCK}{_DIAGONAL}{_left_blocks(nc)}{_store_block(nc)}'''
+{_block("i", "ib")}{_OWN_BLOCK}{_DIAGONAL}{_left_blocks(nc)}{_STORE_DIAGONAL}'''
 
 
 def solve_source(name: str, chunk: int) -> str:
