@@ -25,7 +25,7 @@ class _Launch:
 
     def __getitem__(self, grid: tuple):
         run = self.kernel[self.grid(grid) if self.grid else grid]
-        return lambda *a, **kw: run(*a, **kw, **self.opts)
+        return lambda *a, **kw: run(*a, **(kw | self.opts))  # the variant's options win
 
 
 def _patched(source: str, name: str, text: list[Text]) -> str:
