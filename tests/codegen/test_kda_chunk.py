@@ -196,7 +196,7 @@ def test_fp16_row_products(size: float) -> None:
     step.state *= size
     assert kda_chunk.narrow_dtype(torch.bfloat16) == torch.float16
     work = kda_chunk.scratch(spec, len(MIXED), step.slots, "cpu", torch.float16)
-    assert {getattr(work, n).dtype for n in ("w", "u", "kd", "qe", "hs")} == {torch.float16}
+    assert {getattr(work, n).dtype for n in ("w", "u", "kd", "qe", "hs", "t")} == {torch.float16}
     state = step.state.clone()
     src = kda_chunk.source("kc", spec, header="test")
     kernels = tuple(load(src, n, "cpu", "kc") for n in kda_chunk.kernel_names("kc"))

@@ -89,7 +89,8 @@ def _kda_chunk_kernels() -> dict[str, tuple[dict, dict, int, int, tuple[str, ...
     tables = {"slot_ptr": "*i64", "chunk_ptr": "*i32", "count_ptr": "*i32", "run_ptr": "*i32",
               "tp_ptr": "*fp32", "coef_ptr": "*fp32", "o_ptr": "*bf16", "state_ptr": "*fp32"}
     products = {"w_ptr": "*fp16", "u_ptr": "*fp16", "usc_ptr": "*fp32", "kd_ptr": "*fp16",
-                "decay_ptr": "*fp32", "qe_ptr": "*fp16", "hs_ptr": "*fp16", "hsc_ptr": "*fp32"}
+                "decay_ptr": "*fp32", "qe_ptr": "*fp16", "hs_ptr": "*fp16", "hsc_ptr": "*fp32",
+                "t_ptr": "*fp16", "tsc_ptr": "*fp32"}
     types = rows | ints | tables | products
     shape = {"H": 64, "D": 128, "C": 64}
     strided = ("sq", "sk", "sv", "sg", "so", "st_slot", "st_head")

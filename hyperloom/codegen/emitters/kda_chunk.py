@@ -73,7 +73,9 @@ class KDAChunkScratch:
     kd: torch.Tensor  # narrow [rows, heads, d]: K' = k exp(G_last - G)
     qe: torch.Tensor  # narrow [rows, heads, d]: q exp(G)
     decay: torch.Tensor  # fp32 [chunk bound, heads, d]: exp(G_last)
-    tp: torch.Tensor  # fp32 [chunk bound, heads, 2, C, C]: T, Aqk (lower blocks only)
+    tp: torch.Tensor  # fp32 [chunk bound, heads, 2, C, C]: beta A (T_ii on the diagonal), Aqk
+    t: torch.Tensor  # narrow [chunk bound, heads, C, C]: T / tsc (lower blocks only)
+    tsc: torch.Tensor  # fp32 [chunk bound, heads]: t's scale, a power of two
     hs: torch.Tensor  # narrow [chunk bound, heads, d, d]: the state each chunk starts from / hsc
     hsc: torch.Tensor  # fp32 [chunk bound, heads, d / BV]: hs's scale, a power of two
     coef: torch.Tensor  # fp32 [rows, heads, 4]: 1 / |k|, scale / |q|, beta, unused
@@ -96,9 +98,9 @@ def narrow_dtype(act: torch.dtype) -> torch.dtype:
 def scratch(spec: KDAChunkSpec, rows: int, slots: int, device,
             act: torch.dtype = torch.float32) -> KDAChunkScratch:
     """Allocate once (outside a captured launch) for the largest step of activations of dtype
-    `act`: 4 d row products a row and head and a [d, d] state a chunk and head in
+    `act`: 4 d row products a row and head, a [d, d] state and T [C, C] a chunk and head in
     narrow_dtype(act), the [2, C, C] products fp32; at 64 heads x 128 and 8192 rows of one
-    sequence 1.8 GiB in fp32, 1.0 GiB with fp16."""
+    sequence 1.9 GiB in fp32, 1.1 GiB with fp16."""
     narrow = narrow_dtype(act)
     runs, chunks = bounds(spec, rows, slots)
     h, d, c = spec.heads, spec.head_dim, spec.chunk
@@ -109,7 +111,8 @@ def scratch(spec: KDAChunkSpec, rows: int, slots: int, device,
     return KDAChunkScratch(
         torch.zeros(2, **i32), torch.zeros(runs + 1, **i32), torch.zeros(n, **i32),
         w, u, torch.empty(blocks, **f32), kd, qe, torch.empty((n, h, d), **f32),
-        torch.empty((n, h, 2, c, c), **f32), torch.empty((n, h, d, d), dtype=narrow, device=device),
+        torch.empty((n, h, 2, c, c), **f32), torch.empty((n, h, c, c), dtype=narrow, device=device),
+        torch.empty((n, h), **f32), torch.empty((n, h, d, d), dtype=narrow, device=device),
         torch.empty(blocks, **f32), torch.empty((rows, h, 4), **f32))
 
 
@@ -191,7 +194,8 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
     runs, chunks = bounds(spec, rows, state.shape[0])
     c = spec.chunk
     want = {**{n: (rows, h, d) for n in ("w", "u", "kd", "qe")}, "decay": (chunks, h, d),
-            "tp": (chunks, h, 2, c, c), "hs": (chunks, h, d, d),
+            "tp": (chunks, h, 2, c, c), "t": (chunks, h, c, c), "tsc": (chunks, h),
+            "hs": (chunks, h, d, d),
             "hsc": (chunks, h, d // min(BV, d)), "usc": (chunks, h, d // min(BV, d)),
             "coef": (rows, h, 4), "runs": (runs + 1,),
             "chunks": (chunks,)}
@@ -202,9 +206,9 @@ def _check(spec: KDAChunkSpec, q, k, v, g, b, state, out, work, rows) -> None:
             raise ValueError(f"KDA chunk scratch {name}: contiguous, at least {shape}, got "
                              f"{tuple(t.shape)} (allocate with kda_chunk.scratch)")
     narrow = work.w.dtype if work.w.dtype in (torch.float16, torch.float32) else None
-    kinds = {n: getattr(work, n).dtype for n in ("w", "u", "kd", "qe", "hs")}
+    kinds = {n: getattr(work, n).dtype for n in ("w", "u", "kd", "qe", "hs", "t")}
     if set(kinds.values()) != {narrow}:
-        raise ValueError(f"KDA chunk scratch dtypes: w, u, kd, qe and hs all fp16 or all fp32, "
+        raise ValueError(f"KDA chunk scratch dtypes: w, u, kd, qe, hs and t all fp16 or all fp32, "
                          f"got {kinds} (allocate with kda_chunk.scratch)")
 
 
@@ -228,10 +232,10 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     intra[(chunks, h, c // SUB)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
                                  b.stride(0), *tables, work.tp, work.coef, H=h, D=d, C=c,
                                  num_warps=INTRA_WARPS, maxnreg=INTRA_MAXNREG)
-    solve[(chunks, h)](work.tp, work.count, H=h, C=c, num_warps=SOLVE_WARPS)
+    solve[(chunks, h)](work.tp, work.t, work.tsc, work.count, H=h, C=c, num_warps=SOLVE_WARPS)
     bk = min(BK, d)
     rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
-                                 g.stride(0), *tables, *products, work.qe, work.tp, work.coef,
+                                 g.stride(0), *tables, *products, work.qe, work.t, work.tsc, work.coef,
                                  H=h, D=d, C=c, BK=bk, num_warps=ROWS_WARPS)
     bv = min(BV, d)
     walk[(d // bv, h, runs)](slot, state, rows, state.stride(0), state.stride(1), work.chunks,

@@ -15,7 +15,8 @@ product of four factors) in place of the diagonal one, Aqk's blocks, and each ro
 scale / |q|, beta).
 
 {name}_solve, grid (chunk bound, heads): T = (I + A)^-1 from those blocks, T_ij = -T_ii
-sum_{j <= l < i} A_il T_lj, stored in place of A ([C, C], lower blocks).
+sum_{j <= l < i} A_il T_lj, stored divided by a power of two in the row products' operand dtype
+([C, C], lower blocks), with that power of two.
 """
 
 from __future__ import annotations
@@ -215,18 +216,26 @@ def _pairs(nc: int) -> list[tuple[int, int]]:
 
 def _solve_body(nc: int) -> str:
     """T from its diagonal blocks (the in-chunk kernel's) and beta A's lower blocks: for j < i
-    T_ij = -T_ii sum_{j <= l < i} A_il T_lj, stored in place of A (its lower blocks: the row
-    products read the others as zeros)."""
-    out = ["    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + j[:, None] * C "
-           "+ j[None, :]\n"]
+    T_ij = -T_ii sum_{j <= l < i} A_il T_lj; then T / tsc into t (its lower blocks: the row
+    products read the others as zeros), tsc the power of two that brings T's largest entry to
+    2^14 (`_scale`), so that T fits the row products' narrow operand dtype."""
+    at = "(i * H + h).to(tl.int64)"
+    out = [f"    tp = tp_ptr + {at} * 2 * C * C + j[:, None] * C + j[None, :]\n"]
     for i, j in _pairs(nc):
         name = f"{'t' if i == j else 'a'}{i}_{j}"
         out.append(f"    {name} = tl.load(tp + {i * SUB} * C + {j * SUB})\n")
     for i in range(nc):
         for j in range(i - 1, -1, -1):
             terms = " + ".join(f"_mm(a{i}_{x}, t{x}_{j})" for x in range(j, i))
-            out.append(f"    t{i}_{j} = -_mm(t{i}_{i}, {terms})\n"
-                       f"    tl.store(tp + {i * SUB} * C + {j * SUB}, t{i}_{j})\n")
+            out.append(f"    t{i}_{j} = -_mm(t{i}_{i}, {terms})\n")
+    out.append("    top = 0.\n")
+    out += [f"    top = tl.maximum(top, tl.max(tl.max(tl.abs(t{i}_{j}), 1), 0))\n"
+            for i, j in _pairs(nc)]
+    out.append("    sc = tl.where(top > 0, tl.exp2(tl.ceil(tl.log2(top)) - 14.0), 1.0)\n"
+               f"    tl.store(tsc_ptr + {at}, sc)\n"
+               f"    tn = t_ptr + {at} * C * C + j[:, None] * C + j[None, :]\n")
+    out += [f"    tl.store(tn + {i * SUB} * C + {j * SUB}, (t{i}_{j} / sc).to(t_ptr.dtype.element_ty))\n"
+            for i, j in _pairs(nc)]
     return "".join(out)
 
 
@@ -255,7 +264,8 @@ def intra_source(name: str, chunk: int, head_dim: int) -> str:
 def solve_source(name: str, chunk: int) -> str:
     return f'''
 @triton.jit
-def {name}_solve(tp_ptr, count_ptr, H: tl.constexpr, C: tl.constexpr, BC: tl.constexpr = {SUB}):
+def {name}_solve(tp_ptr, t_ptr, tsc_ptr, count_ptr, H: tl.constexpr, C: tl.constexpr,
+        BC: tl.constexpr = {SUB}):
     i = tl.program_id(0)
     h = tl.program_id(1)
     if i >= tl.load(count_ptr):  # past the step's chunks

@@ -24,7 +24,7 @@ products: 2.5e-3, 8.0e-4).
 
 from __future__ import annotations
 
-from hyperloom.codegen.emitters.kda_chunk_intra import CHUNK_HEAD, CHUNK_ROWS, pair
+from hyperloom.codegen.emitters.kda_chunk_intra import CHUNK_HEAD, CHUNK_ROWS, SUB, pair
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import wrap
 
@@ -54,7 +54,7 @@ def _get(p, m):
 _PRODUCTS = ["w_ptr", "u_ptr", "usc_ptr", "kd_ptr", "decay_ptr"]
 _STARTS = ["hs_ptr", "hsc_ptr"]
 _ROWS_ARGS = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "slot_ptr", "rows", "sq", "sk", "sv", "sg",
-              "chunk_ptr", "count_ptr", *_PRODUCTS, "qe_ptr", "tp_ptr", "coef_ptr",
+              "chunk_ptr", "count_ptr", *_PRODUCTS, "qe_ptr", "t_ptr", "tsc_ptr", "coef_ptr",
               "H: tl.constexpr", "D: tl.constexpr", "C: tl.constexpr", "BK: tl.constexpr"]
 _WALK_ARGS = ["slot_ptr", "state_ptr", "rows", "st_slot", "st_head", "chunk_ptr", "run_ptr",
               "count_ptr", *_PRODUCTS, *_STARTS, "H: tl.constexpr", "D: tl.constexpr",
@@ -77,17 +77,19 @@ def rows_source(name: str) -> str:
     k = _tile(k_ptr, r, m, sk, col) * nk
     y = _tile(v_ptr, r, m, sv, col) * beta
     qn = _tile(q_ptr, r, m, sq, col) * nq
-{pair("(i * H + h).to(tl.int64)")}    tt = tl.load(tp, mask=low, other=0.)
+    at_i = (i * H + h).to(tl.int64)
+    low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # T's stored (lower) blocks
+    tn = tl.load(t_ptr + at_i * C * C + t[:, None] * C + t[None, :], mask=low, other=0.)
+    st = tl.load(tsc_ptr + at_i)  # T = tn st
     gl = tl.cumsum(g, 0)  # G from the chunk's start
     e = tl.exp(gl)
     x = k * beta * e
     ofs = at * D + c[None, :]
-    # operands in the scratch's dtype, T and v divided by powers of two into its range (with
-    # fp32 scratch: TF32 products of the same values as unscaled); fp16 operands took the rows
-    # from 610 to 531 us on the H200 at 8192 rows (bf16 unscaled: 480 us, state error 1.7e-3)
+    # operands in the scratch's dtype, T (by the solve) and v divided by powers of two into its
+    # range (with fp32 scratch: TF32 products of the same values as unscaled); fp16 operands took
+    # the rows from 610 to 531 us on the H200 at 8192 rows (bf16 unscaled: 480 us, state error
+    # 1.7e-3), T stored scaled in fp16 by the solve 531 -> 467
     nt: tl.constexpr = w_ptr.dtype.element_ty
-    st = _scale(tt)
-    tn = (tt / st).to(nt)
     _put(w_ptr + ofs, _tc(tn, x.to(nt)) * st, live)  # |x| <= 1
     sy = _scale(y)
     u = _tc(tn, (y / sy).to(nt)) * st  # T v / sy
