@@ -235,8 +235,8 @@ def launch(kernels, spec: KDAChunkSpec, *, q: torch.Tensor, k: torch.Tensor, v: 
     solve[(chunks, h)](work.tp, work.t, work.tsc, work.count, H=h, C=c, num_warps=SOLVE_WARPS)
     bk = min(BK, d)
     rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
-                                 g.stride(0), *tables, *products, work.qe, work.t, work.tsc, work.coef,
-                                 H=h, D=d, C=c, BK=bk, num_warps=ROWS_WARPS)
+                                 g.stride(0), *tables, *products, work.qe, work.t, work.tsc,
+                                 work.coef, H=h, D=d, C=c, BK=bk, num_warps=ROWS_WARPS)
     bv = min(BV, d)
     walk[(d // bv, h, runs)](slot, state, rows, state.stride(0), state.stride(1), work.chunks,
                              work.runs, work.count, *products, *starts, H=h, D=d, C=c, BV=bv,

@@ -233,8 +233,9 @@ def _solve_body(nc: int) -> str:
             for i, j in _pairs(nc)]
     out.append("    sc = tl.where(top > 0, tl.exp2(tl.ceil(tl.log2(top)) - 14.0), 1.0)\n"
                f"    tl.store(tsc_ptr + {at}, sc)\n"
-               f"    tn = t_ptr + {at} * C * C + j[:, None] * C + j[None, :]\n")
-    out += [f"    tl.store(tn + {i * SUB} * C + {j * SUB}, (t{i}_{j} / sc).to(t_ptr.dtype.element_ty))\n"
+               f"    tn = t_ptr + {at} * C * C + j[:, None] * C + j[None, :]\n"
+               "    NT: tl.constexpr = t_ptr.dtype.element_ty\n")
+    out += [f"    tl.store(tn + {i * SUB} * C + {j * SUB}, (t{i}_{j} / sc).to(NT))\n"
             for i, j in _pairs(nc)]
     return "".join(out)
 
