@@ -35,14 +35,16 @@ OUT_BV = 128  # output columns per program: q e^G and Aqk read once a (chunk, he
 BK = BV  # channels per program of the row products: [C, BK] tiles beside T (U's scale blocks
 # are the walk's column blocks)
 # Launch shapes: the fastest of H200 sweeps at 64 heads x 128, 8192 bf16 rows (BENCHMARKS.md has
-# the others): in-chunk 2 warps (TF32 products; 4 warps 1.65x, 1 warp 1.5x slower), solve 2,
+# the others): in-chunk 2 warps (4 warps under 128 or 96 registers 1.2x, 1 warp 1.8x slower;
+# its grid with the row blocks fastest 1.6x), solve 2 (capped at 168 registers 1.2x),
 # rows 4 (8: 1.4x), walk 8 with 3 stages over fp16 products (0.39 ms with its decay loaded
 # first and no load between chunks; 0.51 at 2 stages, the chunk table and slots read per
 # chunk; fp32 products fit 1 stage in 227 KiB), output 8 over 128 columns (0.236 ms; 64 columns
 # at 4 warps 0.259, at 2 1.06x of that).
 INTRA_WARPS, SOLVE_WARPS, ROWS_WARPS, WALK_WARPS, OUT_WARPS = 2, 2, 4, 8, 8
 # the in-chunk kernel capped at 168 registers a thread (253 uncapped): 6 programs a
-# multiprocessor, not 4 (in-chunk 798 -> 715 us; 128: 752, 96: 870)
+# multiprocessor, not 4 (in-chunk 798 -> 715 us; 128: 752, 152: 722-727, 160: 721, 176: 810,
+# 184: 800, 96: 870)
 INTRA_MAXNREG = 168
 WALK_STAGES = 3  # over fp16 products (fp32 ones take 1)
 PLAN_ROWS = 1024  # rows per step of the plan's scan
