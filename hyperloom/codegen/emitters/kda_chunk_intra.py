@@ -256,7 +256,7 @@ def intra_source(name: str, chunk: int, head_dim: int) -> str:
 {CHUNK_HEAD}    ib = tl.program_id(2)  # this program's row block
     G16: tl.constexpr = g_ptr.dtype.element_ty != tl.float32
     # fp16 operands of the left blocks' products under 16-bit activations (TF32's mantissa)
-    NT: tl.constexpr = tl.float32 if q_ptr.dtype.element_ty == tl.float32 else tl.float16
+    NT: tl.constexpr = tl.float16 if q_ptr.dtype.element_ty.primitive_bitwidth == 16 else tl.float32
     j = tl.arange(0, BC)
     cols = h * D + tl.arange(0, D)
 {_block("i", "ib")}{_OWN_BLOCK}{_DIAGONAL}{_left_blocks(nc)}{_STORE_DIAGONAL}'''
