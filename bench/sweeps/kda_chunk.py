@@ -7,13 +7,18 @@ module) or a file defining the module's API, most simply through `variant.make`.
     python bench/sweeps/kda_chunk.py 8192 committed bench/sweeps/my_variant.py
 
 On a CPU it runs Triton's interpreter at a small size (--heads 2 --head-dim 16, fp32) and only
-checks: a dry run of the variants before a device call."""
+checks: a dry run of the variants before a device call. `--dtype fp16` checks the fp16 scratch
+path there (`--head-dim 128` for the GPU's shapes; bf16 is refused: the interpreter multiplies
+bf16 wrongly), and `--tests [K]` also runs tests/codegen/test_kda_chunk.py's CPU tests (those
+matching -k K) with each variant in place of the module (`patch_variant.py`, a process each)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +31,9 @@ from hyperloom.codegen.emitters import kda_chunk
 from hyperloom.codegen.emitters.kda import KDASpec
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 STEPS = 10
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def load_variant(path: str, tag: str):
@@ -106,13 +113,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--heads", type=int)
     ap.add_argument("--head-dim", type=int)
     ap.add_argument("--rounds", type=int)
+    ap.add_argument("--dtype", choices=sorted(DTYPES),
+                    help="activations (bf16 on a GPU, else fp32)")
+    ap.add_argument("--tests", nargs="?", const="", metavar="K",
+                    help="also run the CPU tests of kda_chunk (-k K) with each variant patched in")
     args = ap.parse_args(argv)
     gpu = torch.cuda.is_available()
     dev = torch.device("cuda" if gpu else "cpu")
     heads, head_dim = args.heads or (64 if gpu else 2), args.head_dim or (128 if gpu else 16)
+    dtype = args.dtype or ("bf16" if gpu else "fp32")
+    if dtype == "bf16" and not gpu:
+        ap.error("--dtype bf16 needs a GPU: the interpreter multiplies bf16 wrongly")
     kspec = KDASpec(heads, head_dim)
-    x = kb.make_inputs(kspec, 1, args.tokens, dev, torch.bfloat16 if gpu else torch.float32,
-                       torch.Generator().manual_seed(0))
+    x = kb.make_inputs(kspec, 1, args.tokens, dev, DTYPES[dtype], torch.Generator().manual_seed(0))
     want = kb.reference(kspec, x)
     mods = [load_variant(p, f"v{i}") for i, p in enumerate(args.variants)]
     results = []
@@ -124,7 +137,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"[v{i}] {path}: out err {r['out_err']:.3e} state err {r['state_err']:.3e}"
                   f"{total}", flush=True)
             results.append(r | {"variant": path})
+    if args.tests is not None:
+        for path in args.variants:
+            rc = run_tests(path, args.tests)
+            print(f"tests with {path}: {'passed' if rc == 0 else f'FAILED (pytest exit {rc})'}",
+                  flush=True)
+            results.append({"variant": path, "tests_rc": rc})
     return results
+
+
+def run_tests(path: str, k: str = "") -> int:
+    """pytest's exit status of tests/codegen/test_kda_chunk.py (-k k) with the variant at `path`
+    in place of kda_chunk's source and launch, in a process of its own."""
+    env = os.environ | {"KDA_CHUNK_VARIANT": str(Path(path).resolve()) if path != "committed"
+                        else "committed", "TRITON_INTERPRET": "1",
+                        "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT),
+                                                       os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "patch_variant",
+           "-o", "addopts=", "-m", "not gpu", str(ROOT / "tests/codegen/test_kda_chunk.py")]
+    return subprocess.run(cmd + (["-k", k] if k else []), env=env, cwd=ROOT).returncode
 
 
 if __name__ == "__main__":

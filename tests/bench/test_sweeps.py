@@ -44,3 +44,15 @@ def test_a_patch_that_does_not_apply_is_refused(tmp_path) -> None:
     bad = _variant(tmp_path, "bad", 'text=[("no such line\\n", "")]')
     with pytest.raises(ValueError, match="variant text not in the source"):
         _sweep().main(["20", bad])
+
+
+def test_fp16_activations_and_the_tests_of_a_variant(tmp_path) -> None:
+    import torch
+    wrong = _variant(tmp_path, "wrong", 'text=[("    pd = tl.where(j[:, None] >= j[None, :], '
+                                        'pd, 0.)\\n", "    pd = pd * 0.\\n")]')
+    got = _sweep().main(["40", "committed", wrong, "--dtype", "fp16",
+                         "--tests", "one_run_over_several_chunks"])
+    err = {r["variant"]: r["out_err"] for r in got if "out_err" in r}
+    assert err["committed"] < REL[torch.float16] and err[wrong] > 1e-2, err
+    rc = {r["variant"]: r["tests_rc"] for r in got if "tests_rc" in r}
+    assert rc == {"committed": 0, wrong: 1}, rc
