@@ -46,6 +46,20 @@ def _tc(a, b):
 
 
 @triton.jit
+def _pow2(a):
+    """The power of two sc with a / sc in (2^13, 2^14] (1 where a is 0), for a >= 0 the largest
+    magnitude of a tile: the tile / sc fits fp16 whatever its range, its largest entry 2^14
+    below fp16's largest and 2^28 above its smallest normal."""
+    return tl.where(a > 0, tl.exp2(tl.ceil(tl.log2(a)) - 14.0), 1.0)
+
+
+@triton.jit
+def _scale(x):
+    """_pow2 of the [R, n] tile x's largest magnitude."""
+    return _pow2(tl.max(tl.max(tl.abs(x), 1), 0))
+
+
+@triton.jit
 def _sums(g, after: tl.constexpr, exact16: tl.constexpr):
     """Each column's sum of g [R, n] over the rows <= r (after: > r), as one product with a
     triangle of ones on tensor cores; g of 16-bit inputs is exact in TF32 (exact16), fp32 g
@@ -218,7 +232,7 @@ def _solve_body(nc: int) -> str:
     """T from its diagonal blocks (the in-chunk kernel's) and beta A's lower blocks: for j < i
     T_ij = -T_ii sum_{j <= l < i} A_il T_lj; then T / tsc into t (its lower blocks: the row
     products read the others as zeros), tsc the power of two that brings T's largest entry to
-    2^14 (`_scale`), so that T fits the row products' narrow operand dtype."""
+    2^14 (`_pow2`), so that T fits the row products' narrow operand dtype."""
     at = "(i * H + h).to(tl.int64)"
     out = [f"    tp = tp_ptr + {at} * 2 * C * C + j[:, None] * C + j[None, :]\n"]
     for i, j in _pairs(nc):
@@ -231,7 +245,7 @@ def _solve_body(nc: int) -> str:
     out.append("    top = 0.\n")
     out += [f"    top = tl.maximum(top, tl.max(tl.max(tl.abs(t{i}_{j}), 1), 0))\n"
             for i, j in _pairs(nc)]
-    out.append("    sc = tl.where(top > 0, tl.exp2(tl.ceil(tl.log2(top)) - 14.0), 1.0)\n"
+    out.append("    sc = _pow2(top)\n"
                f"    tl.store(tsc_ptr + {at}, sc)\n"
                f"    tn = t_ptr + {at} * C * C + j[:, None] * C + j[None, :]\n"
                "    NT: tl.constexpr = t_ptr.dtype.element_ty\n")
@@ -256,7 +270,8 @@ def intra_source(name: str, chunk: int, head_dim: int) -> str:
 {CHUNK_HEAD}    ib = tl.program_id(2)  # this program's row block
     G16: tl.constexpr = g_ptr.dtype.element_ty != tl.float32
     # fp16 operands of the left blocks' products under 16-bit activations (TF32's mantissa)
-    NT: tl.constexpr = tl.float16 if q_ptr.dtype.element_ty.primitive_bitwidth == 16 else tl.float32
+    Q16: tl.constexpr = q_ptr.dtype.element_ty.primitive_bitwidth == 16
+    NT: tl.constexpr = tl.float16 if Q16 else tl.float32
     j = tl.arange(0, BC)
     cols = h * D + tl.arange(0, D)
 {_block("i", "ib")}{_OWN_BLOCK}{_DIAGONAL}{_left_blocks(nc)}{_STORE_DIAGONAL}'''

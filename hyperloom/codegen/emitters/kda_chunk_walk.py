@@ -16,10 +16,10 @@ o = (q exp(G)) S + Aqk V' (the chunk's starting state and its deltas).
 Under 16-bit activations every row product, V' and the starting states are stored in fp16
 (`narrow_dtype`: 10 mantissa bits, as TF32) and the row products', the walk's and the
 output's products take fp16 operands. T, v, U, V' and S are divided by a power of two that
-brings the largest entry of each (chunk, head[, column block]) to 2^14 (`_scale`): fp16's range
-never clips them. On the H200 at 64 heads x 128 and 8192 bf16 rows: out 1.9e-3 from the fp32
-reference, state 3.7e-4 (TF32 row products: 2.0e-3, 5.1e-4; fp32 U and V' and TF32 walk
-products: 2.5e-3, 8.0e-4).
+brings the largest entry of each (chunk, head[, column block]) to 2^14 (`_scale`, in
+kda_chunk_intra's helpers): fp16's range never clips them. On the H200 at 64 heads x 128 and
+8192 bf16 rows: out 1.9e-3 from the fp32 reference, state 3.7e-4 (TF32 row products: 2.0e-3,
+5.1e-4; fp32 U and V' and TF32 walk products: 2.5e-3, 8.0e-4).
 """
 
 from __future__ import annotations
@@ -29,15 +29,6 @@ from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import wrap
 
 HELPERS = '''
-@triton.jit
-def _scale(x):
-    """A power of two sc with max |x| / sc in (2^13, 2^14] (1 where x is all 0): x / sc fits
-    fp16 whatever x's range, the largest entry 2^14 below fp16's largest and 2^28 above its
-    smallest normal."""
-    a = tl.max(tl.max(tl.abs(x), 1), 0)
-    return tl.where(a > 0, tl.exp2(tl.ceil(tl.log2(a)) - 14.0), 1.0)
-
-
 @triton.jit
 def _put(p, x, m):
     """Store a row product in its scratch's dtype."""
