@@ -1,0 +1,128 @@
+"""Queued for the H200 (CPU-checked, not yet run there): the chunked KDA prefill's in-chunk
+kernel as one program a (chunk, head) looping over its 16-row blocks in order, the products
+16 rows high as committed. Each block stores its keys decayed to the block's end,
+k e^(G_end - G) (fp16 under 16-bit activations, in qe's memory, which the row products write
+later) and its total decay e^(sum g) (a scratch this variant allocates); a later block reads
+them back and scales them by the totals between (a [1, d] factor each), so no left block is
+loaded, normalised or summed again: 4 block preparations a (chunk, head) where the committed
+kernel does 10. sm_90 on the CPU: 229 registers at 8 warps, none spilled (4 warps: 92 bytes
+spilled; 2 warps: 380). Run it as
+
+    python bench/sweeps/kda_chunk.py 8192 committed bench/sweeps/queued/intra_loop.py
+
+(WARPS and MAXNREG below pick the launch) after `--tests` on the CPU."""
+
+from __future__ import annotations
+
+import torch
+
+from hyperloom.codegen.emitters import kda_chunk as host
+from hyperloom.codegen.emitters import kda_chunk_intra as ki
+from hyperloom.codegen.emitters.kda_chunk_intra import SUB
+from hyperloom.codegen.emitters.text import wrap
+
+WARPS, MAXNREG = 8, 255
+_E: dict = {}  # the block totals' scratch, by launch shape
+
+ARGS = ki.INTRA_ARGS[:-3] + ["ko_ptr", "e_ptr"] + ki.INTRA_ARGS[-3:]
+
+
+_BLOCK_TP = ("    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + (ib * BC + j)[:, None] * C"
+             " + j[None, :]\n")  # row block ib of the chunk's [2, C, C] pair
+
+
+def intra_source(name: str, chunk: int, head_dim: int) -> str:
+    block = indent(ki._block("i", "ib") + _BLOCK_TP + ki._OWN_BLOCK + ki._DIAGONAL
+                   + ki._STORE_DIAGONAL)  # the committed kernel's text for row block ib
+    return f'''
+@triton.jit
+{wrap(f"def {name}_intra(", ARGS + [f"BC: tl.constexpr = {ki.SUB}",
+      f"DK: tl.constexpr = {min(ki.DK, head_dim)}",
+      f"Q_SCALE: tl.constexpr = {head_dim ** -0.5!r}",
+      f"STEEP: tl.constexpr = {ki.STEEP}"], "):", 8)}
+{ki.CHUNK_HEAD}    G16: tl.constexpr = g_ptr.dtype.element_ty != tl.float32
+    Q16: tl.constexpr = q_ptr.dtype.element_ty.primitive_bitwidth == 16
+    NT: tl.constexpr = tl.float16 if Q16 else tl.float32
+    NB: tl.constexpr = C // BC
+    j = tl.arange(0, BC)
+    dd = tl.arange(0, D)
+    cols = h * D + dd
+    at_e = (i * H + h).to(tl.int64) * NB * D
+    for ib in range(0, NB):
+{block}        f = tl.full([1, D], 1.0, tl.float32)
+        for jj in range(0, ib):
+            jb = ib - 1 - jj
+            rj = row0 + jb * BC + j
+            mj = _live(slot_ptr, rj, rows, s)
+            kj = tl.load(ko_ptr + (rj[:, None].to(tl.int64) * H + h) * D + dd[None, :],
+                         mask=mj[:, None], other=0.)
+            kj = tl.trans((kj.to(tl.float32) * f).to(NT))
+            tl.store(tp + jb * BC, _tc(ki16, kj) * bi[:, None])
+            tl.store(tp + C * C + jb * BC, _tc(qi16, kj))
+            f = f * tl.load(e_ptr + at_e + jb * D + dd)[None, :]
+        ko = (k * tl.exp(_sums(gi, True, G16))).to(ko_ptr.dtype.element_ty)
+        tl.store(ko_ptr + (ri[:, None].to(tl.int64) * H + h) * D + dd[None, :], ko,
+                 mask=mi[:, None])
+        tl.store(e_ptr + at_e + ib * D + dd, tl.exp(tl.sum(gi, 0)))
+        tl.debug_barrier()
+'''
+
+
+def indent(text: str) -> str:
+    return "".join("    " + line if line.strip() else line for line in text.splitlines(True))
+
+
+def replace(src: str, name: str, chunk: int, head_dim: int) -> str:
+    i = src.index(f"def {name}_intra(")
+    i = src.rindex("@triton.jit", 0, i)
+    j = src.index("@triton.jit", i + 5)
+    return src[:i] + intra_source(name, chunk, head_dim).lstrip("\n") + "\n\n" + src[j:]
+
+
+def launch(kernels, spec, *, q, k, v, g, b, slot, state, out, rows, work=None):
+    if rows == 0:
+        return
+    if work is None:
+        work = host.scratch(spec, rows, state.shape[0], q.device, q.dtype)
+    host._check(spec, q, k, v, g, b, state, out, work, rows)
+    plan, intra, solve, rows_k, walk, out_k = kernels
+    h, d, c = spec.heads, spec.head_dim, spec.chunk
+    runs, chunks = host.bounds(spec, rows, state.shape[0])
+    key = (chunks, h, c, d, q.device)
+    if key not in _E:
+        _E[key] = torch.empty((max(chunks, 1), h, c // SUB, d), dtype=torch.float32,
+                              device=q.device)
+    e = _E[key]
+    tables = (work.chunks, work.count)
+    products = (work.w, work.u, work.usc, work.kd, work.decay)
+    starts = (work.hs, work.hsc)
+    plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
+    intra[(chunks, h, 1)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
+                          b.stride(0), *tables, work.tp, work.coef, work.qe, e, H=h, D=d, C=c,
+                          num_warps=WARPS, maxnreg=MAXNREG)
+    solve[(chunks, h)](work.tp, work.t, work.tsc, work.count, H=h, C=c,
+                       num_warps=host.SOLVE_WARPS)
+    bk = min(host.BK, d)
+    rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
+                                 g.stride(0), *tables, *products, work.qe, work.t, work.tsc,
+                                 work.coef, H=h, D=d, C=c, BK=bk, num_warps=host.ROWS_WARPS)
+    bv = min(host.BV, d)
+    walk[(d // bv, h, runs)](slot, state, rows, state.stride(0), state.stride(1), work.chunks,
+                             work.runs, work.count, *products, *starts, H=h, D=d, C=c, BV=bv,
+                             num_warps=host.WALK_WARPS,
+                             num_stages=host.WALK_STAGES if work.w.element_size() == 2 else 1)
+    bvo = min(host.OUT_BV, d)
+    out_k[(chunks, h, d // bvo)](slot, out, rows, out.stride(0), *tables, work.u, work.usc, work.qe,
+                                work.tp, *starts, H=h, D=d, C=c, BV=bv, BVO=bvo,
+                                num_warps=host.OUT_WARPS)
+
+
+_BASE_SOURCE = host.source  # (kda_chunk.py --tests puts this module's in its place)
+
+
+def source(name: str, spec, header: str = "") -> str:
+    return replace(_BASE_SOURCE(name, spec, header), name, spec.chunk, spec.head_dim)
+
+
+KDAChunkSpec, scratch, kernel_names, bounds, narrow_dtype = (
+    host.KDAChunkSpec, host.scratch, host.kernel_names, host.bounds, host.narrow_dtype)
