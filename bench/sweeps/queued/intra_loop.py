@@ -19,7 +19,6 @@ import torch
 from hyperloom.codegen.emitters import kda_chunk as host
 from hyperloom.codegen.emitters import kda_chunk_intra as ki
 from hyperloom.codegen.emitters.kda_chunk_intra import SUB
-from hyperloom.codegen.emitters.text import wrap
 
 WARPS, MAXNREG = 8, 255
 _E: dict = {}  # the block totals' scratch, by launch shape
@@ -34,19 +33,8 @@ _BLOCK_TP = ("    tp = tp_ptr + (i * H + h).to(tl.int64) * 2 * C * C + (ib * BC 
 def intra_source(name: str, chunk: int, head_dim: int) -> str:
     block = indent(ki._block("i", "ib") + _BLOCK_TP + ki._OWN_BLOCK + ki._DIAGONAL
                    + ki._STORE_DIAGONAL)  # the committed kernel's text for row block ib
-    return f'''
-@triton.jit
-{wrap(f"def {name}_intra(", ARGS + [f"BC: tl.constexpr = {ki.SUB}",
-      f"DK: tl.constexpr = {min(ki.DK, head_dim)}",
-      f"Q_SCALE: tl.constexpr = {head_dim ** -0.5!r}",
-      f"STEEP: tl.constexpr = {ki.STEEP}"], "):", 8)}
-{ki.CHUNK_HEAD}    G16: tl.constexpr = g_ptr.dtype.element_ty != tl.float32
-    Q16: tl.constexpr = q_ptr.dtype.element_ty.primitive_bitwidth == 16
-    NT: tl.constexpr = tl.float16 if Q16 else tl.float32
-    NB: tl.constexpr = C // BC
-    j = tl.arange(0, BC)
+    return ki.intra_def(name, head_dim, ARGS) + f'''    NB: tl.constexpr = C // BC
     dd = tl.arange(0, D)
-    cols = h * D + dd
     at_e = (i * H + h).to(tl.int64) * NB * D
     for ib in range(0, NB):
 {block}        f = tl.full([1, D], 1.0, tl.float32)

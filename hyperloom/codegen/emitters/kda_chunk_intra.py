@@ -259,22 +259,28 @@ INTRA_ARGS = ["q_ptr", "k_ptr", "g_ptr", "b_ptr", "slot_ptr", "rows", "sq", "sk"
               "D: tl.constexpr", "C: tl.constexpr"]
 
 
-def intra_source(name: str, chunk: int, head_dim: int) -> str:
-    nc = chunk // SUB
+def intra_def(name: str, head_dim: int, args: list[str] = INTRA_ARGS) -> str:
+    """The in-chunk kernel's signature and its first lines (an in-chunk kernel's of other
+    arguments: `args`)."""
     return f'''
 @triton.jit
-{wrap(f"def {name}_intra(", INTRA_ARGS + [f"BC: tl.constexpr = {SUB}",
+{wrap(f"def {name}_intra(", args + [f"BC: tl.constexpr = {SUB}",
       f"DK: tl.constexpr = {min(DK, head_dim)}",
       f"Q_SCALE: tl.constexpr = {head_dim ** -0.5!r}",
       f"STEEP: tl.constexpr = {STEEP}"], "):", 8)}
-{CHUNK_HEAD}    ib = tl.program_id(2)  # this program's row block
-    G16: tl.constexpr = g_ptr.dtype.element_ty != tl.float32
+{CHUNK_HEAD}    G16: tl.constexpr = g_ptr.dtype.element_ty != tl.float32
     # fp16 operands of the left blocks' products under 16-bit activations (TF32's mantissa)
     Q16: tl.constexpr = q_ptr.dtype.element_ty.primitive_bitwidth == 16
     NT: tl.constexpr = tl.float16 if Q16 else tl.float32
     j = tl.arange(0, BC)
     cols = h * D + tl.arange(0, D)
-{_block("i", "ib")}{_OWN_BLOCK}{_DIAGONAL}{_left_blocks(nc)}{_STORE_DIAGONAL}'''
+'''
+
+
+def intra_source(name: str, chunk: int, head_dim: int) -> str:
+    return (intra_def(name, head_dim) + "    ib = tl.program_id(2)  # this program's row block\n"
+            + _block("i", "ib") + _OWN_BLOCK + _DIAGONAL + _left_blocks(chunk // SUB)
+            + _STORE_DIAGONAL)
 
 
 def solve_source(name: str, chunk: int) -> str:
