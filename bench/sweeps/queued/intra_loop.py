@@ -67,45 +67,34 @@ def replace(src: str, name: str, chunk: int, head_dim: int) -> str:
     return src[:i] + intra_source(name, chunk, head_dim).lstrip("\n") + "\n\n" + src[j:]
 
 
-def launch(kernels, spec, *, q, k, v, g, b, slot, state, out, rows, work=None):
-    if rows == 0:
-        return
+class _Intra:
+    """The in-chunk kernel launched one program a (chunk, head) with its two operands more (they
+    follow the committed kernel's positional arguments)."""
+
+    def __init__(self, kernel, extra: tuple) -> None:
+        self.kernel, self.extra = kernel, extra
+
+    def __getitem__(self, grid: tuple):
+        run = self.kernel[(grid[0], grid[1], 1)]
+        return lambda *a, **kw: run(*a, *self.extra,
+                                    **(kw | {"num_warps": WARPS, "maxnreg": MAXNREG}))
+
+
+def launch(kernels, spec, *, q, state, rows, work=None, **kw):
+    """kda_chunk's launch, the in-chunk kernel's keys in qe's memory and its totals in _E."""
     if work is None:
         work = host.scratch(spec, rows, state.shape[0], q.device, q.dtype)
-    host._check(spec, q, k, v, g, b, state, out, work, rows)
-    plan, intra, solve, rows_k, walk, out_k = kernels
-    h, d, c = spec.heads, spec.head_dim, spec.chunk
-    runs, chunks = host.bounds(spec, rows, state.shape[0])
-    key = (chunks, h, c, d, q.device)
+    chunks = host.bounds(spec, rows, state.shape[0])[1]
+    key = (chunks, spec.heads, spec.chunk, spec.head_dim, q.device)
     if key not in _E:
-        _E[key] = torch.empty((max(chunks, 1), h, c // SUB, d), dtype=torch.float32,
-                              device=q.device)
-    e = _E[key]
-    tables = (work.chunks, work.count)
-    products = (work.w, work.u, work.usc, work.kd, work.decay)
-    starts = (work.hs, work.hsc)
-    plan[(1,)](slot, rows, work.chunks, work.runs, work.count, C=c, num_warps=4)
-    intra[(chunks, h, 1)](q, k, g, b, slot, rows, q.stride(0), k.stride(0), g.stride(0),
-                          b.stride(0), *tables, work.tp, work.coef, work.qe, e, H=h, D=d, C=c,
-                          num_warps=WARPS, maxnreg=MAXNREG)
-    solve[(chunks, h)](work.tp, work.t, work.tsc, work.count, H=h, C=c,
-                       num_warps=host.SOLVE_WARPS)
-    bk = min(host.BK, d)
-    rows_k[(chunks, h, d // bk)](q, k, v, g, slot, rows, q.stride(0), k.stride(0), v.stride(0),
-                                 g.stride(0), *tables, *products, work.qe, work.t, work.tsc,
-                                 work.coef, H=h, D=d, C=c, BK=bk, num_warps=host.ROWS_WARPS)
-    bv = min(host.BV, d)
-    walk[(d // bv, h, runs)](slot, state, rows, state.stride(0), state.stride(1), work.chunks,
-                             work.runs, work.count, *products, *starts, H=h, D=d, C=c, BV=bv,
-                             num_warps=host.WALK_WARPS,
-                             num_stages=host.WALK_STAGES if work.w.element_size() == 2 else 1)
-    bvo = min(host.OUT_BV, d)
-    out_k[(chunks, h, d // bvo)](slot, out, rows, out.stride(0), *tables, work.u, work.usc, work.qe,
-                                work.tp, *starts, H=h, D=d, C=c, BV=bv, BVO=bvo,
-                                num_warps=host.OUT_WARPS)
+        _E[key] = torch.empty((max(chunks, 1), spec.heads, spec.chunk // SUB, spec.head_dim),
+                              dtype=torch.float32, device=q.device)
+    kernels = (kernels[0], _Intra(kernels[1], (work.qe, _E[key])), *kernels[2:])
+    _BASE_LAUNCH(kernels, spec, q=q, state=state, rows=rows, work=work, **kw)
 
 
-_BASE_SOURCE = host.source  # (kda_chunk.py --tests puts this module's in its place)
+# kda_chunk.py --tests puts this module's in their place
+_BASE_SOURCE, _BASE_LAUNCH = host.source, host.launch
 
 
 def source(name: str, spec, header: str = "") -> str:

@@ -143,10 +143,13 @@ CHUNK_ROWS = """    t = tl.arange(0, C)
 """
 
 
+# the stored (lower) blocks of a chunk's [C, C] product, low
+LOWER = f"    low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})\n"
+
+
 def pair(at: str) -> str:
-    """The chunk's [C, C] pair (T, Aqk) at tp and its stored (lower) blocks, low."""
-    return (f"    low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})\n"
-            f"    tp = tp_ptr + {at} * 2 * C * C + t[:, None] * C + t[None, :]\n")
+    """The chunk's [2, C, C] pair (beta A with T_ii, Aqk) at tp and its stored blocks, low."""
+    return LOWER + f"    tp = tp_ptr + {at} * 2 * C * C + t[:, None] * C + t[None, :]\n"
 
 
 def _block(b: str, at: str, pad: str = " " * 4) -> str:

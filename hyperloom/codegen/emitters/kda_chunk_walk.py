@@ -24,7 +24,7 @@ kda_chunk_intra's helpers): fp16's range never clips them. On the H200 at 64 hea
 
 from __future__ import annotations
 
-from hyperloom.codegen.emitters.kda_chunk_intra import CHUNK_HEAD, CHUNK_ROWS, SUB, pair
+from hyperloom.codegen.emitters.kda_chunk_intra import CHUNK_HEAD, CHUNK_ROWS, LOWER, pair
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import wrap
 
@@ -69,8 +69,7 @@ def rows_source(name: str) -> str:
     y = _tile(v_ptr, r, m, sv, col) * beta
     qn = _tile(q_ptr, r, m, sq, col) * nq
     at_i = (i * H + h).to(tl.int64)
-    low = (t[:, None] // {SUB}) >= (t[None, :] // {SUB})  # T's stored (lower) blocks
-    tn = tl.load(t_ptr + at_i * C * C + t[:, None] * C + t[None, :], mask=low, other=0.)
+{LOWER}    tn = tl.load(t_ptr + at_i * C * C + t[:, None] * C + t[None, :], mask=low, other=0.)
     st = tl.load(tsc_ptr + at_i)  # T = tn st
     gl = tl.cumsum(g, 0)  # G from the chunk's start
     e = tl.exp(gl)
