@@ -84,8 +84,14 @@ def sweep_one(mod, tag: str, x, want, heads: int, head_dim: int) -> dict:
     res = {"tag": tag, "out_err": rel_err(out, want[0]), "state_err": rel_err(state, want[1])}
     if x.q.device.type != "cuda":
         return res
+    return res | timed_step(step, kernels, names, name, "_walk")
+
+
+def timed_step(step, kernels, names, prefix: str, bare: str) -> dict:
+    """{"total_us": the median µs of step(kernels), then each launch's median µs by its kernel
+    name less `prefix` (`bare` for the kernel named `prefix` alone)}, CUDA events, STEPS each."""
     log: list = []
-    timed = tuple(_Timed(k, log, n.replace(name, "") or "_walk") for k, n in zip(kernels, names))
+    timed = tuple(_Timed(k, log, n.replace(prefix, "") or bare) for k, n in zip(kernels, names))
     for _ in range(3):
         step(kernels)
     for _ in range(STEPS):
@@ -102,7 +108,7 @@ def sweep_one(mod, tag: str, x, want, heads: int, head_dim: int) -> dict:
         end.record()
         torch.cuda.synchronize()
         totals.append(start.elapsed_time(end) * 1e3)
-    return res | {"total_us": statistics.median(totals)} | {
+    return {"total_us": statistics.median(totals)} | {
         n: statistics.median(v) for n, v in per.items()}
 
 

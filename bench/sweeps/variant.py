@@ -1,18 +1,20 @@
-"""A variant of the chunked KDA prefill (`hyperloom.codegen.emitters.kda_chunk`) as patches over
-its generated source and its launch, for `kda_chunk.py` in this folder. A variant file holds
+"""A variant of an emitter module (by default the chunked KDA prefill,
+`hyperloom.codegen.emitters.kda_chunk`; `host=` another, e.g. moe_experts) as patches over its
+generated source and its launch, for the sweeps in this folder. A variant file holds
 
     from variant import make
     globals().update(make(text=[(old, new)], consts={"ROWS_WARPS": 8}))
 
 text: (old, new) pairs replaced in the module source (each must occur) or functions of (source,
-kernel-name prefix); consts: kda_chunk's constants while a launch runs; opts / grids: {kernel
+kernel-name prefix); consts: the host module's constants while a launch runs; opts / grids: {kernel
 index in kernel_names order: extra launch options / a function of the launch's grid}."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
-from hyperloom.codegen.emitters import kda_chunk as host
+from hyperloom.codegen.emitters import kda_chunk
 
 Text = tuple[str, str] | Callable[[str, str], str]
 
@@ -41,8 +43,9 @@ def _patched(source: str, name: str, text: list[Text]) -> str:
 
 
 def make(text: list[Text] = (), consts: dict | None = None, opts: dict | None = None,
-         grids: dict | None = None) -> dict:
-    """The kda_chunk API (spec, scratch, kernel names, source, launch, constants) of the variant."""
+         grids: dict | None = None, host: ModuleType = kda_chunk) -> dict:
+    """The host module's public API (specs, scratch, kernel names, constants) with the variant's
+    source and launch."""
     consts, opts, grids = consts or {}, opts or {}, grids or {}
     base_source, base_launch = host.source, host.launch
 
@@ -61,7 +64,5 @@ def make(text: list[Text] = (), consts: dict | None = None, opts: dict | None = 
             for k, v in saved.items():
                 setattr(host, k, v)
 
-    api = {k: getattr(host, k) for k in ("KDAChunkSpec", "scratch", "kernel_names", "bounds",
-                                         "narrow_dtype")}
-    return api | {k: getattr(host, k) for k in dir(host) if k.isupper()} | consts | {
-        "source": source, "launch": launch}
+    api = {k: getattr(host, k) for k in dir(host) if not k.startswith("_")}
+    return api | consts | {"source": source, "launch": launch}

@@ -56,3 +56,41 @@ def test_fp16_activations_and_the_tests_of_a_variant(tmp_path) -> None:
     assert err["committed"] < REL[torch.float16] and err[wrong] > 1e-2, err
     rc = {r["variant"]: r["tests_rc"] for r in got if "tests_rc" in r}
     assert rc == {"committed": 0, wrong: 1}, rc
+
+
+def _moe_sweep():
+    spec = importlib.util.spec_from_file_location("moe_sweep", SWEEPS / "moe_experts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _host_variant(tmp_path: Path, name: str, host: str, text: str) -> str:
+    path = tmp_path / f"{name}.py"
+    path.write_text(f"from variant import make\nfrom hyperloom.codegen.emitters import {host}\n\n"
+                    f"globals().update(make({text}, host={host}))\n")
+    return str(path)
+
+
+def test_moe_expert_variants_are_checked(tmp_path) -> None:
+    """bench/sweeps/moe_experts.py: 256 rows of a tiny layer (64 an expert: tensor-core tiles);
+    a variant that halves each pair's weight in down's epilogue shows its error."""
+    import torch
+    same = _host_variant(tmp_path, "same", "moe_experts", 'consts={"COMBINE_BLOCK": 256}')
+    wrong = _host_variant(tmp_path, "wrong", "moe_experts",
+                          'text=[("(acc * wt[:, None])", "(acc * wt[:, None] * 0.5)")]')
+    got = {r["variant"]: r for r in _moe_sweep().main(["256", "committed", same, wrong])}
+    for ok in ("committed", same):
+        assert got[ok]["err"] < REL[torch.float32] and got[ok]["vs_committed"] == 0, got[ok]
+    assert got[wrong]["err"] > 0.1 and got[wrong]["vs_committed"] > 0.1, got[wrong]
+
+
+def test_moe_router_variants_are_checked(tmp_path) -> None:
+    """--router: each variant's ids and weights against the committed router's."""
+    same = _host_variant(tmp_path, "same", "moe_router", 'consts={"WIDE_SPLITS": 2}')
+    wrong = _host_variant(tmp_path, "wrong", "moe_router",
+                          'text=[("    ws = ws * ", "    ws = 2.0 * ws * ")]')
+    got = {r["variant"]: r for r in _moe_sweep().main(["1024", "--router", "committed", same,
+                                                        wrong])}
+    assert got["committed"]["err"] == 0 and got[same]["vs_committed"] == 0, got
+    assert got[wrong]["err"] > 0.5, got[wrong]
