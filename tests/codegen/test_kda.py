@@ -174,6 +174,12 @@ class ConvStep:
 @pytest.mark.parametrize("channels,kernel", [(48, 4), (200, 3)])  # one and two channel blocks
 def test_kda_conv(channels: int, kernel: int) -> None:
     step = ConvStep(ConvSpec(channels, kernel), SLOT_ROWS, "cpu", torch.float32, seed=channels)
+    window = _conv_matches_reference(step)
+    assert torch.equal(window[3], step.window[3]), "an idle slot's window changed"
+
+
+def _conv_matches_reference(step: ConvStep) -> torch.Tensor:
+    """Runs the step on a copy of its windows against the fp64 reference; the copy."""
     window = step.window.clone()
     step.run(window)
     out, want = step.reference(torch.float64)
@@ -182,7 +188,25 @@ def test_kda_conv(channels: int, kernel: int) -> None:
         assert_close(got[live], ref, torch.float32, f"conv {name}")
         assert got[~live].isnan().all(), f"conv {name}: a padding row was written"
     assert_close(window, want, torch.float32, "window")
-    assert torch.equal(window[3], step.window[3]), "an idle slot's window changed"
+    return window
+
+
+# rows of a step across several conv programs (30 rows each at kernel 4): a run starting on a
+# program's last row (its first rows read the window from the next program's rows), a run
+# longer than a program's tile (its end found past it), runs shorter than the window, padding
+CONV_LAYOUTS = {"spill": [5] * 29 + [6] * 3 + [7] * 40 + [-1] + [1] * 2 + [2] + [3] * 3 + [0],
+                "long": [3] * 300, "decode": [(7 * i) % 40 for i in range(40)],
+                "short": [1, 2, 2, -1, 4, 4, 4, 0] * 5}
+
+
+@pytest.mark.parametrize("layout", sorted(CONV_LAYOUTS))
+@pytest.mark.parametrize("kernel", [4, 2])
+def test_kda_conv_rows_over_several_programs(layout: str, kernel: int) -> None:
+    slot = CONV_LAYOUTS[layout]
+    if layout == "short":  # each sequence once
+        slot = slot[:8]
+    _conv_matches_reference(ConvStep(ConvSpec(16, kernel), slot, "cpu", torch.float32,
+                                     seed=len(slot)))
 
 
 def test_kda_conv_run_split_over_two_steps() -> None:
@@ -199,7 +223,8 @@ def test_kda_conv_run_split_over_two_steps() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("slot", [[0], list(range(16)), [3] * 8 + [1, 1]])
+@pytest.mark.parametrize("slot", [[0], list(range(16)), [3] * 8 + [1, 1],
+                                  CONV_LAYOUTS["spill"], [2] * 256])
 def test_kda_conv_gpu(slot: list[int]) -> None:
     step = ConvStep(ConvSpec(64 * 128, 4), slot, "cuda", torch.bfloat16, seed=len(slot))
     window = step.window.clone()

@@ -2,10 +2,15 @@
 channels, with each sequence's window of the last kernel - 1 inputs (fp32 [slots, 3C, kernel -
 1]) updated in place.
 
-Grid (rows, 3 * cdiv(C, BC)): program (r, part * blocks + b) owns channels b*BC.. of q, k or v
-(part 0, 1, 2). As in the recurrence (`emitters.kda`), the first row of a sequence's run loads
-its window once, walks the run's tokens (out = silu(taps . w), the window shifted by the token)
-and stores it once; later rows of the run and padding rows (slot < 0) return at once.
+Grid (cdiv(rows, BR), 3 * cdiv(C, BC)): program (b, part * blocks + cb) owns rows [b BR, (b +
+1) BR) and channels cb*BC.. of q, k or v (part 0, 1, 2); every row of a prefill is computed in
+parallel, each from the inputs before it (the rows of its run before it in this step, else its
+sequence's window). A run's rows are contiguous, so a row's place in its run (d, up to kernel -
+1) comes from the slots of the rows just before it. A run's first kernel - 1 rows, the only ones
+that read its window, belong to the program owning the run's first row (their tile reaches
+kernel - 2 rows past its BR), and that program alone writes the run's new window (the run's
+last kernel - 1 inputs, or the old window shifted for a shorter run), after its reads: no other
+program touches that window. Padding rows (slot < 0) are not computed.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
-from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl
-
+from hyperloom.codegen.emitters.ints import next_power_of_2
+from hyperloom.codegen.emitters.text import comment, pdl
 
 CONV_BC = 128  # channels per conv program
+CONV_BT = 32  # the rows of a program's tile: BR = CONV_BT - (kernel - 2) of them its own
+FAR = 256  # slots a step of the search for a long run's end reads
+BIG = 1 << 30
 
 
 def _conv_block(channels: int) -> int:
@@ -30,45 +37,112 @@ class ConvSpec:
     channels: int  # C: channels of each of q, k, v
     kernel: int  # taps; the window keeps kernel - 1 inputs per channel
 
+    @property
+    def tile(self) -> tuple[int, int]:
+        """(BT, BR): a program's row tile and the rows it owns (the rest: spill of its runs'
+        first kernel - 1 rows)."""
+        bt = max(CONV_BT, next_power_of_2(2 * self.kernel))
+        return bt, bt - max(self.kernel - 2, 0)
+
+
+_HELPERS = '''
+@triton.jit
+def _place(slot_ptr, r, s, rows, K: tl.constexpr):
+    """Rows of r's run before r, at most K - 1 (a run's rows are contiguous), and whether the
+    slot changes at r (r starts a run, or is padding or past the rows)."""
+    d = tl.zeros(r.shape, tl.int32)
+    same = s >= 0
+    prev = tl.load(slot_ptr + r - 1, mask=(r >= 1) & (r - 1 < rows), other=-1)
+    for j in tl.static_range(1, K):
+        sj = tl.load(slot_ptr + r - j, mask=(r >= j) & (r - j < rows), other=-1)
+        same = same & (sj == s)
+        d += same.to(tl.int32)
+    return d, (r >= rows) | (s != prev)
+
+
+@triton.jit
+def _run_ends(slot_ptr, base, r, edge, start, rows, BT: tl.constexpr, FAR: tl.constexpr,
+              BIG: tl.constexpr):
+    """One past the last row of each run starting at a row of r (where start): the next slot
+    change in the tile, else (the tile's last run) the first one after it."""
+    later = (r[None, :] > r[:, None]) & edge[None, :]
+    stop = tl.min(tl.where(later, r[None, :], BIG), axis=1)
+    if tl.max((start & (stop == BIG)).to(tl.int32), axis=0) > 0:
+        last = tl.load(slot_ptr + base + BT - 1)  # the tile ends inside that run
+        at = base + BT
+        far = BIG
+        while far == BIG:
+            rr = at + tl.arange(0, FAR)
+            v = tl.load(slot_ptr + rr, mask=rr < rows, other=-1)
+            far = tl.min(tl.where((rr >= rows) | (v != last), rr, BIG), axis=0)
+            at += FAR
+        stop = tl.where(stop == BIG, far, stop)
+    return stop
+'''
+
+
+def _new_window(taps: int) -> tuple[str, str]:
+    """(reads, writes) of a run's new window entries n0..: entry i is the input at stop - taps
+    + i, from x inside the run, else the old window's entry i + (stop - r)."""
+    reads = "".join(f'''    at = stop - {taps - i}
+    mine = (at >= r)[:, None]
+    n{i} = tl.where(mine, tl.load(x_ptr + at.to(tl.int64)[:, None] * sx + c[None, :],
+                                  mask=ms & mine, other=0.0).to(tl.float32),
+                    tl.load(win + (stop - r + {i})[:, None], mask=ms & ~mine, other=0.0))
+''' for i in range(taps))
+    writes = "".join(f"    tl.store(win + {i}, n{i}, mask=ms)\n" for i in range(taps))
+    return reads, writes
+
 
 def source(name: str, spec: ConvSpec, header: str = "") -> str:
-    taps = spec.kernel - 1
-    load_h = "".join(f"    h{j} = tl.load(win + {j}, mask=cm, other=0.0)\n" for j in range(taps))
-    load_w = "".join(f"    w{j} = tl.load(w_ptr + c * K + {j}, mask=cm, other=0.0)\n"
-                     for j in range(spec.kernel))
-    dot = " + ".join([f"w{j} * h{j}" for j in range(taps)] + [f"w{taps} * x"])
-    shift = "".join(f"        h{j} = h{j + 1}\n" for j in range(taps - 1))
-    shift += f"        h{taps - 1} = x\n" if taps else ""
-    store_h = "".join(f"    tl.store(win + {j}, h{j}, mask=cm)\n" for j in range(taps))
-    head, tail = runtime_loop("i", "r", "stop", "1", " " * 4)
+    bt, br = spec.tile
+    reads, writes = _new_window(spec.kernel - 1)
     picks = "".join(f'''    if part == {p}:
         x_ptr, sx, w_ptr, o_ptr, so = {n}_ptr, s{n}, w{n}_ptr, o{n}_ptr, so{n}
 ''' for p, n in ((1, "k"), (2, "v")))
     return f'''{comment(header)}import triton
 import triton.language as tl
 
-{RUN_STOP}
+{_HELPERS}
 
 @triton.jit
 def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_ptr, ok_ptr, ov_ptr,
         rows, sq, sk, sv, soq, sok, sov, sw_slot, C: tl.constexpr = {spec.channels},
-        K: tl.constexpr = {spec.kernel}, BC: tl.constexpr = {_conv_block(spec.channels)}):
-{pdl("    ")}    r = tl.program_id(0)
-    blocks = tl.cdiv(C, BC)
+        K: tl.constexpr = {spec.kernel}, BC: tl.constexpr = {_conv_block(spec.channels)},
+        BT: tl.constexpr = {bt}, BR: tl.constexpr = {br}, FAR: tl.constexpr = {FAR},
+        BIG: tl.constexpr = {BIG}):
+{pdl("    ")}    blocks = tl.cdiv(C, BC)
     part = tl.program_id(1) // blocks  # 0: q, 1: k, 2: v
     c = (tl.program_id(1) % blocks) * BC + tl.arange(0, BC)
     cm = c < C
-    stop = _run_stop(slot_ptr, r, rows)
-    if stop == r:  # padding, or not the first row of its sequence's run
-        return
-    s = tl.load(slot_ptr + r)
+    base = tl.program_id(0) * BR
+    r = base + tl.arange(0, BT)
+    s = tl.load(slot_ptr + r, mask=r < rows, other=-1)
+    d, edge = _place(slot_ptr, r, s, rows, K)
+    first = r - d  # the run's first row where d < K - 1
+    work = (s >= 0) & tl.where(d == K - 1, r < base + BR, (first >= base) & (first < base + BR))
     x_ptr, sx, w_ptr, o_ptr, so = q_ptr, sq, wq_ptr, oq_ptr, soq
-{picks}    win = win_ptr + s * sw_slot + (part * C + c) * (K - 1)
-{load_h}{load_w}{head}        row = i.to(tl.int64)
-        x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0).to(tl.float32)
-        y = {dot}
-        tl.store(o_ptr + row * so + c, (y * tl.sigmoid(y)).to(o_ptr.dtype.element_ty), mask=cm)
-{shift}{tail}{store_h}'''
+{picks}    win = win_ptr + s.to(tl.int64)[:, None] * sw_slot + (part * C + c)[None, :] * (K - 1)
+    m = work[:, None] & cm[None, :]
+    y = tl.zeros([BT, BC], tl.float32)
+    for j in tl.static_range(0, K):  # x[r - j] times tap K - 1 - j
+        inside = (d >= j)[:, None]
+        xj = tl.load(x_ptr + (r - j).to(tl.int64)[:, None] * sx + c[None, :], mask=m & inside,
+                     other=0.0).to(tl.float32)
+        wj = tl.load(w_ptr + c * K + (K - 1 - j), mask=cm, other=0.0)[None, :]
+        if j > 0:
+            old = tl.load(win + (K - 1 - (j - d))[:, None], mask=m & ~inside, other=0.0)
+            xj = tl.where(inside, xj, old)
+        y += wj * xj
+    tl.store(o_ptr + r.to(tl.int64)[:, None] * so + c[None, :],
+             (y * tl.sigmoid(y)).to(o_ptr.dtype.element_ty), mask=m)
+    # each run starting here: its new window, the run's last K - 1 inputs (from the old window
+    # where the run is shorter), all read before any is written
+    start = work & (d == 0)
+    stop = _run_ends(slot_ptr, base, r, edge, start, rows, BT, FAR, BIG)
+    ms = start[:, None] & cm[None, :]
+{reads}    tl.debug_barrier()  # every read of the old windows is done
+{writes}'''
 
 
 def launch(kernel, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -90,6 +164,6 @@ def launch(kernel, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch
     if rows == 0:
         return
     blocks = -(-c // _conv_block(c))
-    kernel[(rows, 3 * blocks)](q, k, v, wq, wk, wv, slot, window, oq, ok, ov, rows,
-                               q.stride(0), k.stride(0), v.stride(0), oq.stride(0), ok.stride(0),
-                               ov.stride(0), window.stride(0), num_warps=4)
+    kernel[(-(-rows // spec.tile[1]), 3 * blocks)](
+        q, k, v, wq, wk, wv, slot, window, oq, ok, ov, rows, q.stride(0), k.stride(0),
+        v.stride(0), oq.stride(0), ok.stride(0), ov.stride(0), window.stride(0), num_warps=4)
