@@ -53,8 +53,10 @@ def make(text: list[Text] = (), consts: dict | None = None, opts: dict | None = 
         return _patched(base_source(name, spec, header), name, list(text))
 
     def launch(kernels, *args, **kwargs):
+        one = not isinstance(kernels, (tuple, list))  # a module of one kernel (kda_conv)
         kernels = tuple(_Launch(k, opts.get(i, {}), grids.get(i)) if i in opts or i in grids
-                        else k for i, k in enumerate(kernels))
+                        else k for i, k in enumerate((kernels,) if one else kernels))
+        kernels = kernels[0] if one else kernels
         saved = {k: getattr(host, k) for k in consts}
         for k, v in consts.items():
             setattr(host, k, v)

@@ -94,3 +94,20 @@ def test_moe_router_variants_are_checked(tmp_path) -> None:
                                                         wrong])}
     assert got["committed"]["err"] == 0 and got[same]["vs_committed"] == 0, got
     assert got[wrong]["err"] > 0.5, got[wrong]
+
+
+def test_conv_variants_are_checked(tmp_path) -> None:
+    """bench/sweeps/kda_conv.py on the CPU: the committed conv and its queued serial form match
+    the reference on every step shape; one without the SiLU does not."""
+    spec = importlib.util.spec_from_file_location("conv_sweep", SWEEPS / "kda_conv.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    wrong = _host_variant(tmp_path, "wrong", "kda_conv",
+                          'text=[("(y * tl.sigmoid(y))", "(y)")]')
+    serial = str(SWEEPS / "queued" / "conv_serial.py")
+    got = module.main(["committed", serial, wrong])
+    worst = {}
+    for r in got:
+        worst[r["variant"]] = max(worst.get(r["variant"], 0.0), r["err"])
+    assert worst["committed"] < 1e-5 and worst[serial] < 1e-5, worst
+    assert worst[wrong] > 1e-2, worst

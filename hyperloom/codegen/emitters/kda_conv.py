@@ -81,6 +81,12 @@ def _run_ends(slot_ptr, base, r, edge, start, rows, BT: tl.constexpr, FAR: tl.co
 '''
 
 
+# a program's operands: q's, else k's or v's (part 1, 2)
+PICKS = "".join(f'''    if part == {p}:
+        x_ptr, sx, w_ptr, o_ptr, so = {n}_ptr, s{n}, w{n}_ptr, o{n}_ptr, so{n}
+''' for p, n in ((1, "k"), (2, "v")))
+
+
 def _new_window(taps: int) -> tuple[str, str]:
     """(reads, writes) of a run's new window entries n0..: entry i is the input at stop - taps
     + i, from x inside the run, else the old window's entry i + (stop - r)."""
@@ -97,9 +103,6 @@ def _new_window(taps: int) -> tuple[str, str]:
 def source(name: str, spec: ConvSpec, header: str = "") -> str:
     bt, br = spec.tile
     reads, writes = _new_window(spec.kernel - 1)
-    picks = "".join(f'''    if part == {p}:
-        x_ptr, sx, w_ptr, o_ptr, so = {n}_ptr, s{n}, w{n}_ptr, o{n}_ptr, so{n}
-''' for p, n in ((1, "k"), (2, "v")))
     return f'''{comment(header)}import triton
 import triton.language as tl
 
@@ -122,7 +125,7 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
     first = r - d  # the run's first row where d < K - 1
     work = (s >= 0) & tl.where(d == K - 1, r < base + BR, (first >= base) & (first < base + BR))
     x_ptr, sx, w_ptr, o_ptr, so = q_ptr, sq, wq_ptr, oq_ptr, soq
-{picks}    win = win_ptr + s.to(tl.int64)[:, None] * sw_slot + (part * C + c)[None, :] * (K - 1)
+{PICKS}    win = win_ptr + s.to(tl.int64)[:, None] * sw_slot + (part * C + c)[None, :] * (K - 1)
     m = work[:, None] & cm[None, :]
     y = tl.zeros([BT, BC], tl.float32)
     for j in tl.static_range(0, K):  # x[r - j] times tap K - 1 - j

@@ -1,0 +1,121 @@
+"""Time variants of KDA's causal conv (`hyperloom.codegen.emitters.kda_conv`) on the step shapes
+the engine gives it, at GLM-5.3's width (64 heads x 128: 8192 channels each of q, k, v, kernel
+4): prefill steps of one sequence, decode rows of 1 and 16 sequences, a verify step of 4
+sequences x 4 rows. Each variant's outputs and windows are checked against the reference
+(`semantics.kda.kda_conv`) first; on a GPU each shape is then timed as 20 launches between two
+CUDA events (median of 10), in alternating rounds. On a CPU: a tiny width, checks only.
+
+    python bench/sweeps/kda_conv.py committed bench/sweeps/queued/conv_serial.py"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from hyperloom.bench.scenarios import rel_err
+from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters import kda_conv
+from hyperloom.codegen.emitters.kda_conv import ConvSpec
+from hyperloom.ir import ops
+from hyperloom.ir.semantics import Ctx, kda
+from hyperloom.ir.state import StateDecl, StateKind, StateStore, segments
+from hyperloom.ir.types import TensorType
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kda_chunk import load_variant as _load  # noqa: E402
+
+SHAPES = {"prefill 256": [0] * 256, "prefill 2048": [0] * 2048, "decode b1": [0],
+          "decode b16": list(range(16)), "verify 4x4": [i for i in range(4) for _ in range(4)]}
+LAUNCHES, REPS = 20, 10
+
+
+def load_variant(path: str, tag: str):
+    return kda_conv if path == "committed" else _load(path, f"conv_{tag}")
+
+
+class Case:
+    """One step shape's inputs (q, k, v as column views of one buffer), windows and weights."""
+
+    def __init__(self, spec: ConvSpec, slot: list[int], dev, dtype, seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        t, c, kn = len(slot), spec.channels, spec.kernel
+        qkv = torch.randn((t, 3 * c), generator=gen).to(dev, dtype)
+        self.x = [qkv[:, i * c: (i + 1) * c] for i in range(3)]
+        self.w = [(torch.randn((c, 1, kn), generator=gen) * 0.5).to(dev) for _ in range(3)]
+        self.slot = torch.tensor(slot, dtype=torch.int64, device=dev)
+        self.window = torch.randn((max(slot) + 1, 3 * c, kn - 1), generator=gen).to(dev)
+        self.spec, self.dev, self.dtype = spec, dev, dtype
+
+    def want(self) -> tuple[list[torch.Tensor], torch.Tensor]:
+        s = self.spec
+        pos = torch.zeros_like(self.slot)
+        for i in range(1, len(pos)):
+            pos[i] = pos[i - 1] + 1 if self.slot[i] == self.slot[i - 1] else 0
+        decl = TensorType.make(torch.float32, 3 * s.channels, s.kernel - 1)
+        store = StateStore((StateDecl("a.conv", StateKind.FIXED, decl),), self.window.shape[0],
+                           1, self.dev, torch.float32)
+        store["a.conv"].copy_(self.window)
+        out = kda.kda_conv(Ctx(torch.float32, store, segments(self.slot, pos)),
+                           ops.KDAConvAttrs(s.kernel, "a"), *[x.float() for x in self.x],
+                           *self.w, self.slot, pos)
+        return list(out), store["a.conv"]
+
+    def run(self, mod, kernel, window: torch.Tensor, out: list[torch.Tensor]) -> None:
+        mod.launch(kernel, self.spec, q=self.x[0], k=self.x[1], v=self.x[2], wq=self.w[0],
+                   wk=self.w[1], wv=self.w[2], slot=self.slot, window=window, oq=out[0],
+                   ok=out[1], ov=out[2], rows=len(self.slot))
+
+
+def sweep_one(mod, tag: str, case: Case, want) -> dict:
+    name = f"conv_{tag}"
+    kernel = load(mod.source(name, case.spec, header="sweep"), name, case.dev)
+    window = case.window.clone()
+    out = [torch.empty_like(x) for x in case.x]
+    case.run(mod, kernel, window, out)
+    err = max(max(rel_err(o.float(), w) for o, w in zip(out, want[0])),
+              rel_err(window, want[1]))
+    if case.dev.type != "cuda":
+        return {"err": err}
+    times = []
+    for _ in range(REPS):
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        for _ in range(LAUNCHES):
+            case.run(mod, kernel, window, out)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / LAUNCHES)
+    return {"err": err, "us": statistics.median(times)}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("variants", nargs="+", help='"committed" or variant files')
+    ap.add_argument("--rounds", type=int)
+    args = ap.parse_args(argv)
+    gpu = torch.cuda.is_available()
+    dev = torch.device("cuda" if gpu else "cpu")
+    spec = ConvSpec(8192 if gpu else 16, 4)
+    dtype = torch.bfloat16 if gpu else torch.float32
+    cases = {n: Case(spec, s if gpu else s[:300], dev, dtype, i)
+             for i, (n, s) in enumerate(SHAPES.items())}
+    wants = {n: c.want() for n, c in cases.items()}
+    mods = [load_variant(p, f"v{i}") for i, p in enumerate(args.variants)]
+    results = []
+    for _ in range(args.rounds or (2 if gpu else 1)):
+        for i, (path, mod) in enumerate(zip(args.variants, mods)):
+            for n, case in cases.items():
+                r = sweep_one(mod, f"v{i}", case, wants[n]) | {"variant": path, "shape": n}
+                us = f" {r['us']:.2f} us" if "us" in r else ""
+                print(f"[v{i}] {path} {n}: err {r['err']:.2e}{us}", flush=True)
+                results.append(r)
+    return results
+
+
+if __name__ == "__main__":
+    main()
