@@ -76,10 +76,11 @@ class Step:
 # runs: slot 2 x3 (verify rows), 0 x1, padding, 4 x5 (a prefill), 1 x1; slot 3 untouched
 SLOT_ROWS = [2, 2, 2, 0, 4, 4, 4, 4, 4, 1, -1]
 DECODE_ROWS = [2, 0, -1, 4, 1, -1]  # one row a sequence (the SINGLE form), padding between
+LONG_ROWS = [2] * 40 + [-1] + [0] * 3 + [4] * 33  # runs found past one 32-slot load
 
 
 @pytest.mark.parametrize("heads,head_dim", [(2, 16), (3, 64)])  # one and two column blocks
-@pytest.mark.parametrize("slots", [SLOT_ROWS, DECODE_ROWS])
+@pytest.mark.parametrize("slots", [SLOT_ROWS, DECODE_ROWS, LONG_ROWS])
 def test_kda_recurrence(heads: int, head_dim: int, slots: list[int]) -> None:
     step = Step(KDASpec(heads, head_dim), slots, "cpu", torch.float32, seed=heads + len(slots))
     state = step.state.clone()

@@ -7,7 +7,22 @@ from __future__ import annotations
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.kda_conv import PICKS, ConvSpec, _conv_block
 from hyperloom.codegen.emitters.kda_conv import launch as _launch
-from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl
+from hyperloom.codegen.emitters.text import comment, pdl
+
+
+# the run's end as that form found it: a load a row
+RUN_STOP = '''
+@triton.jit
+def _run_stop(slot_ptr, r, rows):
+    s = tl.load(slot_ptr + r)
+    prev = tl.load(slot_ptr + r - 1, mask=r > 0, other=-1)
+    stop = r
+    if (s >= 0) & (prev != s):
+        stop = r + 1
+        while (stop < rows) & (tl.load(slot_ptr + stop, mask=stop < rows, other=-1) == s):
+            stop += 1
+    return stop
+'''
 
 
 def source(name: str, spec: ConvSpec, header: str = "") -> str:

@@ -49,8 +49,9 @@ def wrap(head: str, items: list[str], tail: str, indent: int) -> str:
     return "\n".join(lines + [line])
 
 
-# The run a program serves (`emitters.kda`, `emitters.kda_conv`): a step's rows of one sequence
-# are contiguous (`ir.state.segments`), so the program of a run's first row does the whole run.
+# The run a program serves (`emitters.kda`): a step's rows of one sequence are contiguous
+# (`ir.state.segments`), so the program of a run's first row does the whole run. Its end is
+# found 32 slots a load (a run of the recurrent form is shorter: one load), not a load a row.
 RUN_STOP = '''
 @triton.jit
 def _run_stop(slot_ptr, r, rows):
@@ -60,8 +61,13 @@ def _run_stop(slot_ptr, r, rows):
     prev = tl.load(slot_ptr + r - 1, mask=r > 0, other=-1)
     stop = r
     if (s >= 0) & (prev != s):
-        stop = r + 1
-        while (stop < rows) & (tl.load(slot_ptr + stop, mask=stop < rows, other=-1) == s):
-            stop += 1
+        stop = -1
+        at = r + 1
+        while stop < 0:
+            rr = at + tl.arange(0, 32)
+            other = tl.load(slot_ptr + rr, mask=rr < rows, other=-1) != s
+            first = tl.min(tl.where(other | (rr >= rows), rr, 1 << 30), axis=0)
+            stop = tl.where(first < (1 << 30), first, -1)
+            at += 32
     return stop
 '''
