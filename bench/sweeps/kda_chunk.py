@@ -15,9 +15,7 @@ matching -k K) with each variant in place of the module (`patch_variant.py`, a p
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -32,38 +30,16 @@ from hyperloom.codegen.emitters.kda import KDASpec
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-STEPS = 10
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import common  # noqa: E402
+
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def load_variant(path: str, tag: str):
     """The kda_chunk API of a variant file (or the package module for "committed")."""
-    if path == "committed":
-        return kda_chunk
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))  # variant files import `variant`
-    spec = importlib.util.spec_from_file_location(f"kda_chunk_variant_{tag}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-class _Timed:
-    """A loaded kernel whose launches record CUDA events around themselves into `log`."""
-
-    def __init__(self, kernel, log: list, name: str) -> None:
-        self.kernel, self.log, self.name = kernel, log, name
-
-    def __getitem__(self, grid: tuple):
-        run = self.kernel[grid]
-
-        def call(*a, **kw):
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            run(*a, **kw)
-            end.record()
-            self.log.append((self.name, start, end))
-        return call
+    return common.load_variant(path, f"kda_chunk_{tag}", kda_chunk)
 
 
 def sweep_one(mod, tag: str, x, want, heads: int, head_dim: int) -> dict:
@@ -84,32 +60,7 @@ def sweep_one(mod, tag: str, x, want, heads: int, head_dim: int) -> dict:
     res = {"tag": tag, "out_err": rel_err(out, want[0]), "state_err": rel_err(state, want[1])}
     if x.q.device.type != "cuda":
         return res
-    return res | timed_step(step, kernels, names, name, "_walk")
-
-
-def timed_step(step, kernels, names, prefix: str, bare: str) -> dict:
-    """{"total_us": the median µs of step(kernels), then each launch's median µs by its kernel
-    name less `prefix` (`bare` for the kernel named `prefix` alone)}, CUDA events, STEPS each."""
-    log: list = []
-    timed = tuple(_Timed(k, log, n.replace(prefix, "") or bare) for k, n in zip(kernels, names))
-    for _ in range(3):
-        step(kernels)
-    for _ in range(STEPS):
-        step(timed)
-    torch.cuda.synchronize()
-    per: dict[str, list[float]] = {}
-    for n, start, end in log:
-        per.setdefault(n, []).append(start.elapsed_time(end) * 1e3)
-    totals = []
-    for _ in range(STEPS):
-        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        step(kernels)
-        end.record()
-        torch.cuda.synchronize()
-        totals.append(start.elapsed_time(end) * 1e3)
-    return {"total_us": statistics.median(totals)} | {
-        n: statistics.median(v) for n, v in per.items()}
+    return res | common.timed_step(step, kernels, names, name, "_walk")
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

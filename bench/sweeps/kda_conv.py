@@ -27,7 +27,7 @@ from hyperloom.ir.types import TensorType
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kda_chunk import load_variant as _load  # noqa: E402
+import common  # noqa: E402
 
 SHAPES = {"prefill 256": [0] * 256, "prefill 2048": [0] * 2048, "decode b1": [0],
           "decode b16": list(range(16)), "verify 4x4": [i for i in range(4) for _ in range(4)]}
@@ -35,7 +35,7 @@ LAUNCHES, REPS = 20, 10
 
 
 def load_variant(path: str, tag: str):
-    return kda_conv if path == "committed" else _load(path, f"conv_{tag}")
+    return common.load_variant(path, f"conv_{tag}", kda_conv)
 
 
 class Case:
@@ -98,10 +98,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("variants", nargs="+", help='"committed" or variant files')
     ap.add_argument("--rounds", type=int)
     args = ap.parse_args(argv)
-    gpu = torch.cuda.is_available()
-    dev = torch.device("cuda" if gpu else "cpu")
+    gpu, dev, dtype = common.device()
     spec = ConvSpec(8192 if gpu else 16, 4)
-    dtype = torch.bfloat16 if gpu else torch.float32
     cases = {n: Case(spec, s if gpu else s[:300], dev, dtype, i)
              for i, (n, s) in enumerate(SHAPES.items())}
     wants = {n: c.want() for n, c in cases.items()}

@@ -27,13 +27,12 @@ from hyperloom.codegen.emitters import moe_experts, moe_router
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # variant files import `variant`
-import kda_chunk  # noqa: E402
-from kda_chunk import timed_step  # noqa: E402
+import common  # noqa: E402
 
 
 def load_variant(path: str, tag: str, host=moe_experts):
     """The host's API of a variant file (or the package module for "committed")."""
-    return host if path == "committed" else kda_chunk.load_variant(path, f"moe_{tag}")
+    return common.load_variant(path, f"moe_{tag}", host)
 
 
 def routed(bench: MoEBench, rows: int):
@@ -68,7 +67,7 @@ def sweep_one(mod, tag: str, bench: MoEBench, inputs, want: torch.Tensor | None)
            "vs_committed": 0.0 if want is None else rel_err(out.float(), want.float())}
     if x.device.type != "cuda":
         return res
-    return res | timed_step(step, kernels, mod.kernel_names(name), name, "_combine")
+    return res | common.timed_step(step, kernels, mod.kernel_names(name), name, "_combine")
 
 
 def sweep_router(mod, tag: str, bench: MoEBench, inputs, want) -> dict:
@@ -89,7 +88,7 @@ def sweep_router(mod, tag: str, bench: MoEBench, inputs, want) -> dict:
            "vs_committed": float((ids != ids0).sum())}
     if x.device.type != "cuda":
         return res
-    return res | timed_step(step, kernels, mod.kernel_names(name), name, "_select")
+    return res | common.timed_step(step, kernels, mod.kernel_names(name), name, "_select")
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -100,9 +99,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--router", action="store_true",
                     help="the variants are of moe_router (the router's launches timed alone)")
     args = ap.parse_args(argv)
-    gpu = torch.cuda.is_available()
-    dev = torch.device("cuda" if gpu else "cpu")
-    dtype = torch.bfloat16 if gpu else torch.float32
+    gpu, dev, dtype = common.device()
     bench = MoEBench(hyperloom.build("llama", "tiny"), dev, dtype, tol=2e-2 if gpu else 1e-4)
     inputs = routed(bench, args.rows)
     host, one = (moe_router, sweep_router) if args.router else (moe_experts, sweep_one)

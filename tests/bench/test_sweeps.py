@@ -111,3 +111,19 @@ def test_conv_variants_are_checked(tmp_path) -> None:
         worst[r["variant"]] = max(worst.get(r["variant"], 0.0), r["err"])
     assert worst["committed"] < 1e-5 and worst[serial] < 1e-5, worst
     assert worst[wrong] > 1e-2, worst
+
+
+def test_dsa_indexer_variants_are_checked(tmp_path) -> None:
+    """bench/sweeps/dsa_indexer.py on the CPU (GLM tiny's indexer): the committed kernels pass
+    the bench's check; scores negated select other pools and are refused."""
+    from hyperloom.bench.scenarios import AgreementError
+    spec = importlib.util.spec_from_file_location("dsa_sweep", SWEEPS / "dsa_indexer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    got = module.main(["committed", "--batch", "2"])
+    assert got[0]["near_ties"] is not None, got
+    wrong = _host_variant(tmp_path, "wrong", "dsa",
+                          'text=[("tl.store(sc_ptr + r * ssc + j, sc, mask=jm)", '
+                          '"tl.store(sc_ptr + r * ssc + j, -sc, mask=jm)")]')
+    with pytest.raises(AgreementError, match="selection"):
+        module.main([wrong, "--batch", "2"])
