@@ -19,12 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
-from hyperloom.codegen.emitters.ints import next_power_of_2
-from hyperloom.codegen.emitters.text import comment, pdl
+from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
+from hyperloom.codegen.emitters.text import RUN_END, comment, pdl
 
 CONV_BC = 128  # channels per conv program
 CONV_BT = 32  # the rows of a program's tile: BR = CONV_BT - (kernel - 2) of them its own
-FAR = 256  # slots a step of the search for a long run's end reads
 BIG = 1 << 30
 
 
@@ -45,7 +44,8 @@ class ConvSpec:
         return bt, bt - max(self.kernel - 2, 0)
 
 
-_HELPERS = '''
+_HELPERS = RUN_END + '''
+
 @triton.jit
 def _place(slot_ptr, r, s, rows, K: tl.constexpr):
     """Rows of r's run before r, at most K - 1 (a run's rows are contiguous), and whether the
@@ -54,29 +54,24 @@ def _place(slot_ptr, r, s, rows, K: tl.constexpr):
     same = s >= 0
     prev = tl.load(slot_ptr + r - 1, mask=(r >= 1) & (r - 1 < rows), other=-1)
     for j in tl.static_range(1, K):
-        sj = tl.load(slot_ptr + r - j, mask=(r >= j) & (r - j < rows), other=-1)
+        if j == 1:
+            sj = prev
+        else:
+            sj = tl.load(slot_ptr + r - j, mask=(r >= j) & (r - j < rows), other=-1)
         same = same & (sj == s)
         d += same.to(tl.int32)
     return d, (r >= rows) | (s != prev)
 
 
 @triton.jit
-def _run_ends(slot_ptr, base, r, edge, start, rows, BT: tl.constexpr, FAR: tl.constexpr,
-              BIG: tl.constexpr):
+def _run_ends(slot_ptr, base, r, edge, start, rows, BT: tl.constexpr, BIG: tl.constexpr):
     """One past the last row of each run starting at a row of r (where start): the next slot
     change in the tile, else (the tile's last run) the first one after it."""
     later = (r[None, :] > r[:, None]) & edge[None, :]
     stop = tl.min(tl.where(later, r[None, :], BIG), axis=1)
     if tl.max((start & (stop == BIG)).to(tl.int32), axis=0) > 0:
         last = tl.load(slot_ptr + base + BT - 1)  # the tile ends inside that run
-        at = base + BT
-        far = BIG
-        while far == BIG:
-            rr = at + tl.arange(0, FAR)
-            v = tl.load(slot_ptr + rr, mask=rr < rows, other=-1)
-            far = tl.min(tl.where((rr >= rows) | (v != last), rr, BIG), axis=0)
-            at += FAR
-        stop = tl.where(stop == BIG, far, stop)
+        stop = tl.where(stop == BIG, _run_end(slot_ptr, base + BT, last, rows), stop)
     return stop
 '''
 
@@ -112,7 +107,7 @@ import triton.language as tl
 def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_ptr, ok_ptr, ov_ptr,
         rows, sq, sk, sv, soq, sok, sov, sw_slot, C: tl.constexpr = {spec.channels},
         K: tl.constexpr = {spec.kernel}, BC: tl.constexpr = {_conv_block(spec.channels)},
-        BT: tl.constexpr = {bt}, BR: tl.constexpr = {br}, FAR: tl.constexpr = {FAR},
+        BT: tl.constexpr = {bt}, BR: tl.constexpr = {br},
         BIG: tl.constexpr = {BIG}):
 {pdl("    ")}    blocks = tl.cdiv(C, BC)
     part = tl.program_id(1) // blocks  # 0: q, 1: k, 2: v
@@ -142,7 +137,7 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
     # each run starting here: its new window, the run's last K - 1 inputs (from the old window
     # where the run is shorter), all read before any is written
     start = work & (d == 0)
-    stop = _run_ends(slot_ptr, base, r, edge, start, rows, BT, FAR, BIG)
+    stop = _run_ends(slot_ptr, base, r, edge, start, rows, BT, BIG)
     ms = start[:, None] & cm[None, :]
 {reads}    tl.debug_barrier()  # every read of the old windows is done
 {writes}'''
@@ -166,7 +161,6 @@ def launch(kernel, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch
             raise ValueError(f"KDA conv {name}: last dim {c} contiguous, got {tuple(t.shape)}")
     if rows == 0:
         return
-    blocks = -(-c // _conv_block(c))
-    kernel[(-(-rows // spec.tile[1]), 3 * blocks)](
+    kernel[(cdiv(rows, spec.tile[1]), 3 * cdiv(c, _conv_block(c)))](
         q, k, v, wq, wk, wv, slot, window, oq, ok, ov, rows, q.stride(0), k.stride(0),
         v.stride(0), oq.stride(0), ok.stride(0), ov.stride(0), window.stride(0), num_warps=4)

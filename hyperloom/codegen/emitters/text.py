@@ -49,10 +49,25 @@ def wrap(head: str, items: list[str], tail: str, indent: int) -> str:
     return "\n".join(lines + [line])
 
 
-# The run a program serves (`emitters.kda`): a step's rows of one sequence are contiguous
-# (`ir.state.segments`), so the program of a run's first row does the whole run. Its end is
-# found 32 slots a load (a run of the recurrent form is shorter: one load), not a load a row.
-RUN_STOP = '''
+# The end of a run of rows (`emitters.kda`, `emitters.kda_conv`): a step's rows of one sequence
+# are contiguous (`ir.state.segments`), so a run ends at the first row from `at` whose slot
+# differs; found 32 slots a load (a run of the recurrent form is shorter: one load), not a load
+# a row. _run_stop: the run that starts at row r, which the program of that row does whole.
+RUN_END = '''
+@triton.jit
+def _run_end(slot_ptr, at, s, rows):
+    """The first row from `at` whose slot is not s (rows if none is)."""
+    stop = -1
+    while stop < 0:
+        rr = at + tl.arange(0, 32)
+        other = tl.load(slot_ptr + rr, mask=rr < rows, other=-1) != s
+        first = tl.min(tl.where(other | (rr >= rows), rr, 1 << 30), axis=0)
+        stop = tl.where(first < (1 << 30), first, -1)
+        at += 32
+    return stop
+'''
+RUN_STOP = RUN_END + '''
+
 @triton.jit
 def _run_stop(slot_ptr, r, rows):
     """One past the last row of the run that starts at row r; r when row r is padding (slot < 0)
@@ -61,13 +76,6 @@ def _run_stop(slot_ptr, r, rows):
     prev = tl.load(slot_ptr + r - 1, mask=r > 0, other=-1)
     stop = r
     if (s >= 0) & (prev != s):
-        stop = -1
-        at = r + 1
-        while stop < 0:
-            rr = at + tl.arange(0, 32)
-            other = tl.load(slot_ptr + rr, mask=rr < rows, other=-1) != s
-            first = tl.min(tl.where(other | (rr >= rows), rr, 1 << 30), axis=0)
-            stop = tl.where(first < (1 << 30), first, -1)
-            at += 32
+        stop = _run_end(slot_ptr, r + 1, s, rows)
     return stop
 '''
