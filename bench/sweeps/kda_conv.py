@@ -16,14 +16,11 @@ from pathlib import Path
 
 import torch
 
+from hyperloom.bench.kda import conv_reference
 from hyperloom.bench.scenarios import rel_err
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import kda_conv
 from hyperloom.codegen.emitters.kda_conv import ConvSpec
-from hyperloom.ir import ops
-from hyperloom.ir.semantics import Ctx, kda
-from hyperloom.ir.state import StateDecl, StateKind, StateStore, segments
-from hyperloom.ir.types import TensorType
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,19 +48,9 @@ class Case:
         self.window = torch.randn((max(slot) + 1, 3 * c, kn - 1), generator=gen).to(dev)
         self.spec, self.dev, self.dtype = spec, dev, dtype
 
-    def want(self) -> tuple[list[torch.Tensor], torch.Tensor]:
-        s = self.spec
-        pos = torch.zeros_like(self.slot)
-        for i in range(1, len(pos)):
-            pos[i] = pos[i - 1] + 1 if self.slot[i] == self.slot[i - 1] else 0
-        decl = TensorType.make(torch.float32, 3 * s.channels, s.kernel - 1)
-        store = StateStore((StateDecl("a.conv", StateKind.FIXED, decl),), self.window.shape[0],
-                           1, self.dev, torch.float32)
-        store["a.conv"].copy_(self.window)
-        out = kda.kda_conv(Ctx(torch.float32, store, segments(self.slot, pos)),
-                           ops.KDAConvAttrs(s.kernel, "a"), *[x.float() for x in self.x],
-                           *self.w, self.slot, pos)
-        return list(out), store["a.conv"]
+    def want(self) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        return conv_reference(self.spec, [t.float() for t in self.x], self.w, self.slot,
+                              self.window)
 
     def run(self, mod, kernel, window: torch.Tensor, out: list[torch.Tensor]) -> None:
         mod.launch(kernel, self.spec, q=self.x[0], k=self.x[1], v=self.x[2], wq=self.w[0],

@@ -25,6 +25,7 @@ from hyperloom.bench.scenarios import Result, agree
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import kda as recurrent
 from hyperloom.codegen.emitters.kda import KDASpec
+from hyperloom.codegen.emitters.kda_conv import ConvSpec
 from hyperloom.ir import ops
 from hyperloom.ir.ops import Op
 from hyperloom.ir.semantics import Ctx
@@ -117,6 +118,28 @@ def reference(spec: KDASpec, x: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
     args = [t.float() for t in (x.q, x.k, x.v, x.g, x.b)]
     ctx = Ctx(torch.float32, store, segments(x.slot, x.pos))
     out = semantics.kda(ctx, ops.KDAAttrs(h, d, STATE), *args, x.slot, x.pos)
+    return out, store[decl.name]
+
+
+def conv_reference(spec: ConvSpec, x: list[torch.Tensor], w: list[torch.Tensor],
+                   slot: torch.Tensor, window: torch.Tensor,
+                   dtype: torch.dtype = torch.float32) -> tuple[tuple[torch.Tensor, ...],
+                                                               torch.Tensor]:
+    """(q, k, v's conv outputs of the rows with slot >= 0, the windows after) of the reference
+    conv (`semantics.kda.kda_conv`) in dtype: x the q, k, v rows, w their conv weights, each
+    sequence's rows contiguous and in order from its window [slots, 3C, kernel - 1]."""
+    live = slot >= 0
+    s = slot[live]
+    pos = torch.zeros_like(s)
+    for i in range(1, len(s)):
+        pos[i] = pos[i - 1] + 1 if s[i] == s[i - 1] else 0
+    decl = StateDecl(f"{STATE}.conv", StateKind.FIXED,
+                     TensorType.make(torch.float32, 3 * spec.channels, spec.kernel - 1))
+    store = StateStore((decl,), window.shape[0], 1, window.device, dtype)
+    store[decl.name].copy_(window)
+    out = semantics.kda_conv(Ctx(dtype, store, segments(s, pos)),
+                             ops.KDAConvAttrs(spec.kernel, STATE),
+                             *[t[live].to(dtype) for t in x], *[t.to(dtype) for t in w], s, pos)
     return out, store[decl.name]
 
 

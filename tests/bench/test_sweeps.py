@@ -1,6 +1,6 @@
-"""bench/sweeps/kda_chunk.py, the variant sweep of the chunked KDA prefill: on the CPU it checks
-every variant against the fp32 reference (a dry run before a device call), and a variant that
-computes something else shows its error."""
+"""The variant sweeps of bench/sweeps (the chunked KDA prefill, the routed experts and router,
+the KDA conv, the DSA indexer): on the CPU each checks every variant against its reference (a
+dry run before a device call), and a variant that computes something else shows its error."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from tests.tolerances import REL
 SWEEPS = Path(__file__).resolve().parents[2] / "bench" / "sweeps"
 
 
-def _sweep():
-    spec = importlib.util.spec_from_file_location("kda_chunk_sweep", SWEEPS / "kda_chunk.py")
+def _sweep(name: str = "kda_chunk"):
+    """The sweep script bench/sweeps/{name}.py as a module."""
+    spec = importlib.util.spec_from_file_location(f"{name}_sweep", SWEEPS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -58,13 +59,6 @@ def test_fp16_activations_and_the_tests_of_a_variant(tmp_path) -> None:
     assert rc == {"committed": 0, wrong: 1}, rc
 
 
-def _moe_sweep():
-    spec = importlib.util.spec_from_file_location("moe_sweep", SWEEPS / "moe_experts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _host_variant(tmp_path: Path, name: str, host: str, text: str) -> str:
     path = tmp_path / f"{name}.py"
     path.write_text(f"from variant import make\nfrom hyperloom.codegen.emitters import {host}\n\n"
@@ -79,7 +73,8 @@ def test_moe_expert_variants_are_checked(tmp_path) -> None:
     same = _host_variant(tmp_path, "same", "moe_experts", 'consts={"COMBINE_BLOCK": 256}')
     wrong = _host_variant(tmp_path, "wrong", "moe_experts",
                           'text=[("(acc * wt[:, None])", "(acc * wt[:, None] * 0.5)")]')
-    got = {r["variant"]: r for r in _moe_sweep().main(["256", "committed", same, wrong])}
+    got = {r["variant"]: r
+           for r in _sweep("moe_experts").main(["256", "committed", same, wrong])}
     for ok in ("committed", same):
         assert got[ok]["err"] < REL[torch.float32] and got[ok]["vs_committed"] == 0, got[ok]
     assert got[wrong]["err"] > 0.1 and got[wrong]["vs_committed"] > 0.1, got[wrong]
@@ -90,8 +85,8 @@ def test_moe_router_variants_are_checked(tmp_path) -> None:
     same = _host_variant(tmp_path, "same", "moe_router", 'consts={"WIDE_SPLITS": 2}')
     wrong = _host_variant(tmp_path, "wrong", "moe_router",
                           'text=[("    ws = ws * ", "    ws = 2.0 * ws * ")]')
-    got = {r["variant"]: r for r in _moe_sweep().main(["1024", "--router", "committed", same,
-                                                        wrong])}
+    got = {r["variant"]: r for r in _sweep("moe_experts").main(["1024", "--router", "committed",
+                                                                 same, wrong])}
     assert got["committed"]["err"] == 0 and got[same]["vs_committed"] == 0, got
     assert got[wrong]["err"] > 0.5, got[wrong]
 
@@ -99,9 +94,7 @@ def test_moe_router_variants_are_checked(tmp_path) -> None:
 def test_conv_variants_are_checked(tmp_path) -> None:
     """bench/sweeps/kda_conv.py on the CPU: the committed conv and its queued serial form match
     the reference on every step shape; one without the SiLU does not."""
-    spec = importlib.util.spec_from_file_location("conv_sweep", SWEEPS / "kda_conv.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _sweep("kda_conv")
     wrong = _host_variant(tmp_path, "wrong", "kda_conv",
                           'text=[("(y * tl.sigmoid(y))", "(y)")]')
     serial = str(SWEEPS / "queued" / "conv_serial.py")
@@ -117,9 +110,7 @@ def test_dsa_indexer_variants_are_checked(tmp_path) -> None:
     """bench/sweeps/dsa_indexer.py on the CPU (GLM tiny's indexer): the committed kernels pass
     the bench's check; scores negated select other pools and are refused."""
     from hyperloom.bench.scenarios import AgreementError
-    spec = importlib.util.spec_from_file_location("dsa_sweep", SWEEPS / "dsa_indexer.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _sweep("dsa_indexer")
     got = module.main(["committed", "--batch", "2"])
     assert got[0]["near_ties"] is not None, got
     wrong = _host_variant(tmp_path, "wrong", "dsa",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hyperloom.bench.kda import conv_reference
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.kda import KDASpec, launch, source
 from hyperloom.codegen.emitters.kda_conv import ConvSpec
@@ -156,20 +157,8 @@ class ConvStep:
                     ov=self.out[2][rows], rows=rows.stop - rows.start)
 
     def reference(self, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-        s, live = self.spec, self.slot >= 0
-        slot = self.slot[live]
-        pos = torch.zeros_like(slot)
-        for i in range(1, len(slot)):
-            pos[i] = pos[i - 1] + 1 if slot[i] == slot[i - 1] else 0
-        decl = TensorType.make(torch.float32, 3 * s.channels, s.kernel - 1)
-        store = StateStore((StateDecl("a.conv", StateKind.FIXED, decl),), self.slots, 1,
-                           self.device, dtype)
-        store["a.conv"].copy_(self.window)
-        at = ops.KDAConvAttrs(s.kernel, "a")
-        x = [t[live].to(dtype) for t in (self.q, self.k, self.v)]
-        out = kda.kda_conv(Ctx(dtype, store, segments(slot, pos)), at, *x,
-                           *[w.to(dtype) for w in self.w], slot, pos)
-        return out, store["a.conv"]
+        return conv_reference(self.spec, [self.q, self.k, self.v], self.w, self.slot,
+                              self.window, dtype)
 
 
 @pytest.mark.parametrize("channels,kernel", [(48, 4), (200, 3)])  # one and two channel blocks
