@@ -36,13 +36,6 @@ def load_variant(path: str, tag: str):
     return common.load_variant(path, f"dsa_{tag}", dsa)
 
 
-def state(bench: bench_dsa.DSABench, batch: int, ctx: int):
-    """The scenario's caches and rows, made once for every variant."""
-    fl = bench_dsa.floors(bench.index, bench.attn, batch, ctx, bench.dtype.itemsize)
-    one = bench_dsa.copy_bytes(bench.index, bench.attn, batch, ctx, bench.dtype.itemsize)
-    return bench._state(batch, ctx, bench_dsa.rotation(fl.step, one, bench._free()))
-
-
 def sweep_one(mod, tag: str, bench: bench_dsa.DSABench, st, check: bool) -> dict:
     """{"tag", "near_ties"} and, on a GPU, each timed group's µs."""
     (ours,) = load_emitters(bench.device, (mod, bench.index, f"sweep_{tag}"))
@@ -72,7 +65,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     gpu, dev, dtype = common.device()
     bench = bench_dsa.DSABench(hyperloom.build("llama", "tiny"), dev, dtype,
                                2e-2 if gpu else 1e-4, measure_limits(dev))
-    st = state(bench, args.batch, args.ctx or (131072 if gpu else 100))
+    st = bench.scenario(args.batch, args.ctx or (131072 if gpu else 100))[0]
     mods = [load_variant(p, f"v{i}") for i, p in enumerate(args.variants)]
     results = []
     for _ in range(args.rounds or (2 if gpu else 1)):

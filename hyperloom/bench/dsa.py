@@ -279,6 +279,14 @@ class DSABench:
                     dsa_emitter.scratch(batch, pooled),
                     mla_emitter.scratch(a, batch, self.dtype, dev))
 
+    def scenario(self, batch: int, ctx: int) -> tuple[Step, Floors, int]:
+        """(the state of a step of `batch` sequences at context ctx, with as many cache copies
+        as one timed graph walks; the step's floors; the bytes of one copy)."""
+        item = self.dtype.itemsize
+        fl = floors(self.index, self.attn, batch, ctx, item)
+        one = copy_bytes(self.index, self.attn, batch, ctx, item)
+        return self._state(batch, ctx, rotation(fl.step, one, self._free())), fl, one
+
     def _launch(self, st: Step, kernels: tuple[tuple, tuple], copy: int) -> None:
         """The step on copy `copy`, as runtime.launchers' _dsa and _mla launch it."""
         (ix, at), x, slot = kernels, st.rows, st.slots[copy]
@@ -350,10 +358,8 @@ class DSABench:
         """One decode row per sequence for `batch` sequences after ctx cached tokens each."""
         if batch < 1 or ctx < 1:
             raise InputError(f"dsa-decode: batch and context must be >= 1, got {batch}, {ctx}")
-        name, item = f"dsa step b{batch} ctx{ctx}", self.dtype.itemsize
-        fl = floors(self.index, self.attn, batch, ctx, item)
-        one = copy_bytes(self.index, self.attn, batch, ctx, item)
-        st = self._state(batch, ctx, rotation(fl.step, one, self._free()))
+        name = f"dsa step b{batch} ctx{ctx}"
+        st, fl, one = self.scenario(batch, ctx)
         with torch.no_grad():
             self._launch(st, self.kernels, 0)
             err, ties = self._check(name, st)
