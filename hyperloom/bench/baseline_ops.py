@@ -19,6 +19,22 @@ def rmsnorm(x, w, *, eps, dtype):
     return (rms(x, eps) * w.float()).to(dtype)
 
 
+def gated_rmsnorm(x, gate, w, *, eps, head_dim, dtype):
+    """RMSNorm per head_dim group, times sigmoid(gate)."""
+    t = x.shape[0]
+    y = rms(x.view(t, -1, head_dim), eps) * w.float() * torch.sigmoid(gate.float().view(t, -1,
+                                                                                        head_dim))
+    return y.reshape(t, -1).to(dtype)
+
+
+def layernorm(x, w, b, *, eps, dtype):
+    return F.layer_norm(x.float(), (x.shape[-1],), w.float(), b.float(), eps).to(dtype)
+
+
+def concat(a, b, *, dtype):
+    return torch.cat([a, b], -1).to(dtype)
+
+
 def linear(x, w, *, dtype):
     return F.linear(x.to(w.dtype), w).to(dtype)
 

@@ -10,6 +10,9 @@ import operator
 import torch
 import torch.fx as fx
 
+from hyperloom.bench import baseline_dsa as BD
+from hyperloom.bench import baseline_kda as BK
+from hyperloom.bench import baseline_moe as BM
 from hyperloom.bench import baseline_ops as B
 from hyperloom.errors import CodegenError
 from hyperloom.ir.graph import Graph, Node
@@ -30,6 +33,7 @@ class BaselineModule(torch.nn.Module):
         super().__init__()
         for p in graph.params:
             self.register_buffer(_safe(p.name), weights[p.name].to(device, p.type.dtype.torch))
+        self.states = tuple(_safe(d.name) for d in graph.states())
         for d in graph.states():
             shape = [slots] + [int(s.subs(S, max_seq_len)) for s in d.type.shape]
             self.register_buffer(_safe(d.name), torch.zeros(shape, dtype=d.type.dtype.torch,
@@ -48,51 +52,105 @@ class BaselineModule(torch.nn.Module):
         return key + "_cos", key + "_sin"
 
     def reset(self) -> None:
-        for name, buf in self.named_buffers():
-            if name.endswith(("__k", "__v")):
-                buf.zero_()
+        """Zero every cache and recurrent state: the slots hold new sequences."""
+        for name in self.states:
+            getattr(self, name).zero_()
 
 
-def _call(g: fx.Graph, root: BaselineModule, node: Node, env: dict) -> object:
-    at, dt = node.attrs, node.types[0].dtype.torch
-    a = [g.get_attr(_safe(x[1:])) if x.startswith("@") else env[x] for x in node.args]
-    op = node.op
+def _state(g: fx.Graph, node: Node, *suffixes: str) -> list[fx.Node]:
+    return [g.get_attr(_safe(node.attrs.state + x)) for x in suffixes]
+
+
+def _dense(g, root, node, a, dt):
+    at, op = node.attrs, node.op
     if op is Op.EMBEDDING:
         return g.call_function(B.embedding, (a[0], a[1]), {"dtype": dt})
     if op is Op.CAST:
         return g.call_function(B.cast, (a[0],), {"dtype": dt})
-    if op is Op.RMSNORM:
-        return g.call_function(B.rmsnorm, (a[0], a[1]), {"eps": at.eps, "dtype": dt})
-    if op is Op.LINEAR:
-        return g.call_function(B.linear, (a[0], a[1]), {"dtype": dt})
-    if op is Op.ROPE:
+    if op in (Op.RMSNORM, Op.LAYERNORM):
+        fn = B.rmsnorm if op is Op.RMSNORM else B.layernorm
+        return g.call_function(fn, tuple(a), {"eps": at.eps, "dtype": dt})
+    if op is Op.GATED_RMSNORM:
+        return g.call_function(B.gated_rmsnorm, tuple(a), {"eps": at.eps,
+                                                         "head_dim": at.head_dim, "dtype": dt})
+    if op is Op.SWIGLU:
+        return g.call_function(B.swiglu, (a[0], a[1]), {"limit": at.limit, "dtype": dt})
+    fn = {Op.LINEAR: B.linear, Op.ADD: B.add, Op.RESIDUAL_ADD: B.add, Op.CONCAT: B.concat}[op]
+    return g.call_function(fn, (a[0], a[1]), {"dtype": dt})
+
+
+def _attention(g, root, node, a, dt):
+    at = node.attrs
+    if node.op is Op.ROPE:
         cos, sin = (g.get_attr(n) for n in root.rope_tables(node))
         return g.call_function(B.rope, (a[0], a[1], cos, sin),
                                {"head_dim": at.head_dim, "dtype": dt})
-    if op is Op.ATTENTION:
-        kc, vc = g.get_attr(_safe(at.state + ".k")), g.get_attr(_safe(at.state + ".v"))
-        return g.call_function(B.attention, (a[0], a[1], a[2], a[4], kc, vc), {
-            "heads": at.heads, "kv_heads": at.kv_heads, "head_dim": at.head_dim,
-            "scale": at.scale, "dtype": dt})
-    if op is Op.SWIGLU:
-        return g.call_function(B.swiglu, (a[0], a[1]), {"limit": at.limit, "dtype": dt})
-    if op in (Op.ADD, Op.RESIDUAL_ADD):
-        return g.call_function(B.add, (a[0], a[1]), {"dtype": dt})
+    return g.call_function(B.attention, (a[0], a[1], a[2], a[4], *_state(g, node, ".k", ".v")), {
+        "heads": at.heads, "kv_heads": at.kv_heads, "head_dim": at.head_dim,
+        "scale": at.scale, "dtype": dt})
+
+
+def _hc(g, root, node, a, dt):
+    at, op = node.attrs, node.op
     if op is Op.HC_EXPAND:
         return g.call_function(B.hc_expand, (a[0],), {"n": at.n, "dtype": dt})
     if op is Op.HC_PRE:
         return g.call_function(B.hc_pre, tuple(a), {"n": at.n, "norm_eps": at.norm_eps,
                                                     "hc_eps": at.hc_eps, "iters": at.iters})
-    simple = {Op.HC_POST: B.hc_post, Op.HC_HEAD_MEAN: B.hc_head_mean, Op.LM_HEAD: B.lm_head}
-    if op in simple:
-        return g.call_function(simple[op], tuple(a))
-    raise CodegenError(f"the torch baseline has no lowering for {op.value} (node {node.outs[0]}); "
-                       f"lowered: {', '.join(o.value for o in LOWERED)}")
+    fn = {Op.HC_POST: B.hc_post, Op.HC_HEAD_MEAN: B.hc_head_mean, Op.LM_HEAD: B.lm_head}[op]
+    return g.call_function(fn, tuple(a))
 
 
-LOWERED = (Op.EMBEDDING, Op.CAST, Op.RMSNORM, Op.LINEAR, Op.ROPE, Op.ATTENTION, Op.SWIGLU,
-           Op.ADD, Op.RESIDUAL_ADD, Op.HC_EXPAND, Op.HC_PRE, Op.HC_POST, Op.HC_HEAD_MEAN,
-           Op.LM_HEAD)
+def _kda(g, root, node, a, dt):
+    at, op = node.attrs, node.op
+    if op is Op.KDA_CONV:
+        return g.call_function(BK.conv, (*a[:6], *_state(g, node, ".conv")),
+                               {"kernel": at.kernel, "dtype": dt})
+    if op is Op.KDA_GATE:
+        return g.call_function(BK.gate, tuple(a), {"heads": at.heads, "head_dim": at.head_dim,
+                                                   "lower_bound": at.lower_bound, "dtype": dt})
+    return g.call_function(BK.kda, (*a[:5], *_state(g, node, ".recurrent")),
+                           {"heads": at.heads, "head_dim": at.head_dim, "dtype": dt})
+
+
+def _dsa(g, root, node, a, dt):
+    at = node.attrs
+    if node.op is Op.DSA_INDEX:
+        return g.call_function(BD.index, (*a[:5], a[6], *_state(g, node, ".keys", ".pooled")),
+                               {"heads": at.heads, "head_dim": at.head_dim, "topk": at.topk,
+                                "kpool": at.kpool, "select_tail": at.select_tail})
+    sel = a[5:]  # the selection, where an indexer chose the tokens
+    return g.call_function(BD.mla, (a[0], a[1], a[2], a[4], *_state(g, node, ".latent"), *sel), {
+        "heads": at.heads, "qk_head_dim": at.qk_head_dim, "v_head_dim": at.v_head_dim,
+        "scale": at.scale, "dtype": dt})
+
+
+def _moe(g, root, node, a, dt):
+    at = node.attrs
+    if node.op is Op.MOE_ROUTER:
+        return g.call_function(BM.router, tuple(a), {
+            "top_k": at.top_k, "n_group": at.n_group, "topk_group": at.topk_group,
+            "norm_topk_prob": at.norm_topk_prob, "scaling": at.scaling})
+    return g.call_function(BM.experts, tuple(a), {"limit": at.limit, "dtype": dt})
+
+
+LOWERINGS = {
+    **dict.fromkeys((Op.EMBEDDING, Op.CAST, Op.RMSNORM, Op.LAYERNORM, Op.GATED_RMSNORM,
+                     Op.LINEAR, Op.SWIGLU, Op.ADD, Op.RESIDUAL_ADD, Op.CONCAT), _dense),
+    **dict.fromkeys((Op.ROPE, Op.ATTENTION), _attention),
+    **dict.fromkeys((Op.HC_EXPAND, Op.HC_PRE, Op.HC_POST, Op.HC_HEAD_MEAN, Op.LM_HEAD), _hc),
+    **dict.fromkeys((Op.KDA_CONV, Op.KDA_GATE, Op.KDA), _kda),
+    **dict.fromkeys((Op.DSA_INDEX, Op.MLA_ATTENTION), _dsa),
+    **dict.fromkeys((Op.MOE_ROUTER, Op.MOE_EXPERTS), _moe),
+}
+
+
+def _call(g: fx.Graph, root: BaselineModule, node: Node, env: dict) -> object:
+    if node.op not in LOWERINGS:
+        raise CodegenError(f"the torch baseline has no lowering for {node.op.value} (node "
+                           f"{node.outs[0]}); lowered: {', '.join(o.value for o in LOWERINGS)}")
+    a = [g.get_attr(_safe(x[1:])) if x.startswith("@") else env[x] for x in node.args]
+    return LOWERINGS[node.op](g, root, node, a, node.types[0].dtype.torch)
 
 
 def lower(graph: Graph, weights: dict[str, torch.Tensor], max_seq_len: int,
@@ -115,3 +173,18 @@ def lower(graph: Graph, weights: dict[str, torch.Tensor], max_seq_len: int,
     module = fx.GraphModule(root, g, class_name=f"Baseline_{graph.name}")
     module.reset = root.reset  # zero the caches between runs
     return module
+
+
+def run_routed(module: fx.GraphModule, *args) -> tuple[tuple, list[int]]:
+    """One call of a lowered module through fx's interpreter: its outputs, and how many distinct
+    experts each MoE router chose (graph order), the experts the step must read."""
+    chosen: list[int] = []
+
+    class Counting(fx.Interpreter):
+        def run_node(self, n: fx.Node):
+            out = super().run_node(n)
+            if n.target is BM.router:
+                chosen.append(out[1].unique().numel())
+            return out
+
+    return Counting(module).run(*args), chosen

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import torch
 
 import hyperloom
-from hyperloom.bench.lowering import lower
+from hyperloom.bench.lowering import lower, run_routed
 from hyperloom.bench.measure import Limits, host_seconds, median_seconds, profile_top
+from hyperloom.bench.work import decode_bytes, prefill_flops, site_bytes
 from hyperloom.codegen.compilation import compile_graph
 from hyperloom.ir.builder import GraphBuilder, Residual
 from hyperloom.ir.graph import Graph
@@ -135,8 +136,9 @@ class Bench:
         _fill(base, prompts, chunk, self.device)
         tok_d, pos = tok.to(self.device), torch.full((batch,), ctx, device=self.device)
         name = f"decode b{batch} ctx{ctx}"
-        err = _check_rows(ours, base(tok_d, pos)[0], self.tol, name)
-        r = Result(name, decode_bytes(self.model, ctx, batch), "bytes",
+        out, experts = run_routed(base, tok_d, pos)
+        err = _check_rows(ours, out[0], self.tol, name)
+        r = Result(name, decode_bytes(self.model, ctx, batch, experts), "bytes",
                    median_seconds(replay, self.device), kernels=_launches(eng, batch, True),
                    rel_err=err, batch=batch, ctx=ctx)
         self._profile(r, replay)
@@ -223,32 +225,6 @@ def _launches(eng, rows: int, decode: bool = False) -> int:
     return eng.programs["main"].plan.launches(rows, decode)
 
 
-def _nbytes(graph: Graph, skip: tuple[str, ...] = ()) -> int:
-    return sum(p.type.nbytes() for p in graph.params if p.name not in skip)
-
-
-def decode_bytes(model: Model, ctx: int, batch: int = 1) -> float:
-    """Every weight once (a row of the embedding table per sequence) plus every sequence's
-    KV cache of ctx tokens once."""
-    emb = model.main.param("embed_tokens.weight").type
-    row = int(emb.shape[1]) * emb.dtype.torch.itemsize
-    weights = _nbytes(model.main, skip=("embed_tokens.weight",)) + batch * row
-    kv = sum(d.type.nbytes(S=ctx) for d in model.main.states())
-    return float(weights + batch * kv)
-
-
-def prefill_flops(model: Model, n: int) -> float:
-    """2 n (GEMM weights) plus causal attention's 2 n^2 H d per layer (QK^T and PV, halved)."""
-    gemm = 0
-    for node in model.main.nodes:
-        if node.op in (Op.LINEAR, Op.LM_HEAD):
-            w = model.main.param(node.args[1][1:]).type.shape
-            gemm += int(w[0]) * int(w[1])
-    attn = sum(n * n * node.attrs.heads * node.attrs.head_dim * 2
-               for node in model.main.nodes if node.op is Op.ATTENTION)
-    return float(2 * n * gemm + attn)
-
-
 def site_graph(model: Model) -> Graph:
     """One mHC site alone, with the model's widths: hc_pre (projection, Sinkhorn, collapse) and
     hc_post around an identity sublayer, on an fp32 highway of hc_mult streams."""
@@ -262,15 +238,6 @@ def site_graph(model: Model) -> Graph:
     scale = b.param("site.hc_scale", 3, dtype=DType.F32)
     y, post, comb = b.emit(Op.HC_PRE, (stream, fn, base, scale), res.hc)
     return b.finish(streams=b.one(Op.HC_POST, y, stream, post, comb))
-
-
-def site_bytes(graph: Graph, rows: int) -> float:
-    """hc_pre reads the streams and writes y; hc_post reads y and the streams and writes the
-    streams (the sublayer between them is a real boundary); the weights once."""
-    shape = graph.inputs[0][1].shape
-    streams = rows * int(shape[1]) * int(shape[2]) * 4
-    y = rows * int(shape[2]) * next(graph.by_op(Op.HC_PRE)).types[0].dtype.torch.itemsize
-    return float(3 * streams + 2 * y + _nbytes(graph))
 
 
 def _as_model(graph: Graph) -> Model:

@@ -2,7 +2,8 @@
 
 Pools are P consecutive tokens from the sequence start. A complete pool's key is a per-channel
 softmax(gate + ape)-weighted sum of its tokens' keys; pools whose last token is visible compete,
-the top topk/P are expanded to token ids, and the visible incomplete tail is appended."""
+the top topk/P are expanded to token ids, and the visible incomplete tail is appended. Tied
+scores (relu makes exact zeros common) go to the lowest pool, as in the router and the kernel."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from hyperloom.ir import ops
 from hyperloom.ir.semantics.context import Ctx
+from hyperloom.ir.semantics.moe import stable_top
 
 
 def pool_keys(keys: torch.Tensor, gate: torch.Tensor, ape: torch.Tensor) -> torch.Tensor:
@@ -39,7 +41,7 @@ def select(at: ops.DSAIndexAttrs, scores: torch.Tensor, qpos: torch.Tensor) -> t
     k = min(at.topk // p, pools)
     if k:
         masked = scores.masked_fill(~visible, float("-inf"))
-        top = masked.topk(k, dim=-1).indices  # [n, k]
+        top = stable_top(masked, k)  # [n, k]
         ok = visible.gather(1, top)
         toks = top[:, :, None] * p + torch.arange(p, device=scores.device)
         toks = toks.masked_fill(~ok[:, :, None], -1).flatten(1)

@@ -15,7 +15,7 @@ from hyperloom.ir.semantics.context import Ctx
 from hyperloom.ir.semantics.dense import swiglu
 
 
-def _top(x: torch.Tensor, k: int) -> torch.Tensor:
+def stable_top(x: torch.Tensor, k: int) -> torch.Tensor:
     """Indices of the k largest along the last dim, largest first, ties to the lowest index."""
     return x.sort(dim=-1, descending=True, stable=True).indices[..., :k]
 
@@ -29,9 +29,9 @@ def moe_router(ctx: Ctx, at: ops.RouterAttrs, x: torch.Tensor, w: torch.Tensor,
     groups = choice.view(t, at.n_group, e // at.n_group)
     group_score = groups.topk(min(2, groups.shape[-1]), -1).values.sum(-1)  # [T, G]
     keep = torch.zeros_like(group_score, dtype=torch.bool)
-    keep.scatter_(1, _top(group_score, at.topk_group), True)
+    keep.scatter_(1, stable_top(group_score, at.topk_group), True)
     choice = choice.masked_fill(~keep.repeat_interleave(e // at.n_group, 1), float("-inf"))
-    ids = _top(choice, at.top_k)
+    ids = stable_top(choice, at.top_k)
     weights = s.gather(1, ids)
     if at.norm_topk_prob:
         weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)

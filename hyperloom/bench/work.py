@@ -1,0 +1,126 @@
+"""The minimum work of a step, which the scenarios divide by time and by the hardware limit:
+bytes a decode step must move (every weight it uses once, every state it reads or rewrites)
+and FLOPs a prefill must do (each op in its cheapest exact form)."""
+
+from __future__ import annotations
+
+from hyperloom.ir.graph import Graph, Node
+from hyperloom.ir.ops import Op
+from hyperloom.models import Model
+
+EMBED = "embed_tokens.weight"
+
+
+def _nbytes(graph: Graph, skip: tuple[str, ...] = ()) -> int:
+    return sum(p.type.nbytes() for p in graph.params if p.name not in skip)
+
+
+def _by_out(graph: Graph) -> dict[str, Node]:
+    return {o: n for n in graph.nodes for o in n.outs}
+
+
+def _state_bytes(graph: Graph, suffix: str, node: Node, **sizes: int) -> int:
+    name = node.attrs.state + suffix
+    return next(d for d in graph.states() if d.name == name).type.nbytes(**sizes)
+
+
+def _reach(graph: Graph, node: Node) -> int | None:
+    """The most tokens an MLA row attends to: its indexer's width (None: all it sees)."""
+    return _by_out(graph)[node.args[5]].attrs.width if len(node.args) > 5 else None
+
+
+def _seen(reach: int | None, visible: int) -> int:
+    return visible if reach is None else min(reach, visible)
+
+
+def _decode_state(graph: Graph, node: Node, ctx: int) -> int:
+    """Bytes of state one sequence's decode row moves through `node`."""
+    op = node.op
+    if op is Op.ATTENTION:  # the cache of ctx tokens, read once
+        return _state_bytes(graph, ".k", node, S=ctx) + _state_bytes(graph, ".v", node, S=ctx)
+    if op in (Op.KDA, Op.KDA_CONV):  # read and rewritten
+        return 2 * _state_bytes(graph, ".recurrent" if op is Op.KDA else ".conv", node)
+    if op is Op.MLA_ATTENTION:  # the latent rows the row attends to
+        return _state_bytes(graph, ".latent", node, S=_seen(_reach(graph, node), ctx + 1))
+    if op is Op.DSA_INDEX:  # every complete pool's key read, the row's [key | gate] written
+        pools = (ctx + 1) // node.attrs.kpool
+        return (_state_bytes(graph, ".pooled", node, S=pools * node.attrs.kpool)
+                + _state_bytes(graph, ".keys", node, S=1))
+    return 0
+
+
+def _expert_bytes(graph: Graph, node: Node) -> int:
+    """One expert's gate, up and down rows of a MOE_EXPERTS node."""
+    stacks = [graph.param(a[1:]).type for a in node.args[3:6]]
+    return sum(t.nbytes() // int(t.shape[0]) for t in stacks)
+
+
+def decode_bytes(model: Model, ctx: int, batch: int = 1,
+                 experts: list[int] | None = None) -> float:
+    """Every weight once (an embedding row per sequence; of a routed MoE, the experts the step
+    chose: `experts`, distinct ids per MoE layer in graph order, else top_k per sequence) plus
+    every sequence's state traffic at a context of ctx tokens."""
+    g = model.main
+    emb = g.param(EMBED).type
+    moe = list(g.by_op(Op.MOE_EXPERTS))
+    stacks = tuple(a[1:] for n in moe for a in n.args[3:6])
+    weights = _nbytes(g, skip=(EMBED, *stacks)) + batch * emb.nbytes() // int(emb.shape[0])
+    by_out = _by_out(g)
+    if experts is None:
+        experts = [min(batch * by_out[n.args[2]].attrs.top_k, int(g.param(n.args[3][1:]).type
+                                                                   .shape[0])) for n in moe]
+    weights += sum(k * _expert_bytes(g, n) for k, n in zip(experts, moe, strict=True))
+    state = sum(_decode_state(g, n, ctx) for n in g.nodes if n.state)
+    return float(weights + batch * state)
+
+
+def _matmul_flops(graph: Graph, node: Node, n: int) -> int:
+    w = graph.param(node.args[1][1:]).type.shape
+    return 2 * n * int(w[0]) * int(w[1])
+
+
+def _mla_flops(graph: Graph, node: Node, n: int) -> int:
+    """The cheaper of attending through kv_b_proj's keys and values, or in the latent space
+    (q and the output folded through kv_b_proj); both project every row once."""
+    at = node.attrs
+    reach = _reach(graph, node)
+    seen = sum(_seen(reach, i + 1) for i in range(n))
+    project = 2 * n * at.kv_lora_rank * at.heads * (at.qk_head_dim + at.v_head_dim)
+    expanded = 2 * at.heads * (at.qk_head_dim + at.v_head_dim) * seen
+    absorbed = 4 * at.heads * at.kv_lora_rank * seen
+    return project + min(expanded, absorbed)
+
+
+def _op_flops(graph: Graph, node: Node, n: int) -> int:
+    op, at = node.op, node.attrs
+    if op in (Op.LINEAR, Op.LM_HEAD, Op.MOE_ROUTER):
+        return _matmul_flops(graph, node, n)
+    if op is Op.ATTENTION:  # causal: QK^T and PV over half the square
+        return n * n * at.heads * at.head_dim * 2
+    if op is Op.MOE_EXPERTS:  # top_k experts a row: gate, up and down
+        top_k = _by_out(graph)[node.args[2]].attrs.top_k
+        return 2 * n * top_k * _expert_bytes(graph, node) // graph.param(
+            node.args[3][1:]).type.dtype.torch.itemsize
+    if op is Op.KDA:  # the recurrence's three products a token: S^T k, k delta^T, S^T q
+        return 6 * n * at.heads * at.head_dim * at.head_dim
+    if op is Op.DSA_INDEX:  # each row scores the complete pools it sees
+        pools = sum((i + 1) // at.kpool for i in range(n))
+        return 2 * at.heads * at.head_dim * pools
+    if op is Op.MLA_ATTENTION:
+        return _mla_flops(graph, node, n)
+    return 0
+
+
+def prefill_flops(model: Model, n: int) -> float:
+    """A prompt of n tokens from position 0: GEMMs 2 n N K (a routed MoE's top_k experts a
+    row), causal and sparse attention over the tokens each row sees, the KDA recurrence."""
+    return float(sum(_op_flops(model.main, node, n) for node in model.main.nodes))
+
+
+def site_bytes(graph: Graph, rows: int) -> float:
+    """hc_pre reads the streams and writes y; hc_post reads y and the streams and writes the
+    streams (the sublayer between them is a real boundary); the weights once."""
+    shape = graph.inputs[0][1].shape
+    streams = rows * int(shape[1]) * int(shape[2]) * 4
+    y = rows * int(shape[2]) * next(graph.by_op(Op.HC_PRE)).types[0].dtype.torch.itemsize
+    return float(3 * streams + 2 * y + _nbytes(graph))
