@@ -257,6 +257,8 @@ def test_table_reports_vs_b1_and_the_issue_targets():
     assert "decode b1 ctx1024: fraction_of_limit 1.000 (target >= 0.7): met" in text
     assert "ctx8192" not in text.split("targets (issues 4-8)")[1]
     assert report.targets(report.record(results[3:], Limits(1e3, 1.0), _meta())) == []
+    glm = _meta() | {"model": "glm5next --config glm-5.3-flash --layers 4"}
+    assert report.targets(report.record(results, Limits(1e3, 1.0), glm)) == []  # llama's
 
 
 def test_bench_on_cpu_refuses_big_configs(capsys):
