@@ -74,6 +74,26 @@ def test_every_kda_path_is_exercised(glm, monkeypatch):
         monkeypatch.setattr(baseline_kda, name, real)
 
 
+@pytest.mark.parametrize("bound", [-5.0, -40.0])
+def test_chunked_kda_equals_the_token_loop_in_fp64(bound):
+    """150 rows (chunks of 64, the last padded) from a random state; a gate of -40 a token
+    spans 2560 across a chunk, far past exp's fp64 range: the sub-block split must hold."""
+    gen = torch.Generator().manual_seed(6)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    q, k = baseline_kda._l2(randn(2, 3, 150, 16)) * 0.25, baseline_kda._l2(randn(2, 3, 150, 16))
+    v, s0 = randn(2, 3, 150, 16), randn(2, 3, 16, 16)
+    g = bound * torch.sigmoid(randn(2, 3, 150, 16))
+    beta = torch.rand(2, 3, 150, generator=gen, dtype=torch.float64)
+    (o1, s1), (o2, s2) = (f(q, k, v, g, beta, s0) for f in (baseline_kda._loop,
+                                                           baseline_kda._chunked))
+    assert torch.isfinite(o2).all() and torch.isfinite(s2).all()
+    assert_close(o2, o1, torch.float64, "outputs")
+    assert_close(s2, s1, torch.float64, "state")
+
+
 def test_glm_baseline_under_torch_compile(glm):
     spec, w = glm
     prompt, _, (tok, _), *_ = _steps(3)
