@@ -161,10 +161,10 @@ class Engine:
         `on_token(prompt_index, token)` streams tokens as they are chosen."""
         single = (isinstance(prompts, torch.Tensor) and prompts.dim() == 1) or (
             len(prompts) > 0 and isinstance(prompts[0], numbers.Integral))
-        reqs = [_Request(i, [int(t) for t in p], _params(sampling, i, max_new_tokens))
+        reqs = [_Request(i, self._ids(p, f"prompt {i}: ").tolist(),
+                         _params(sampling, i, max_new_tokens))
                 for i, p in enumerate([prompts] if single else prompts)]
         for r in reqs:
-            self._ids(r.todo)
             need = len(r.todo) + r.sampler.params.max_new_tokens
             if need > self.max_seq_len:
                 raise CapacityError(f"prompt {r.index}: {len(r.todo)} tokens + "
@@ -174,15 +174,19 @@ class Engine:
         return reqs[0].tokens if single else [r.tokens for r in reqs]
 
     # -- internals ---------------------------------------------------------------------------
-    def _ids(self, ids: Seq[int] | torch.Tensor) -> torch.Tensor:
-        ids = torch.as_tensor(ids, dtype=torch.int64).flatten()
-        if ids.numel() == 0:
-            raise InputError("empty list of token ids")
+    def _ids(self, ids: Seq[int] | torch.Tensor, where: str = "") -> torch.Tensor:
+        given = torch.as_tensor(ids)
+        if given.numel() == 0:
+            raise InputError(f"{where}empty list of token ids")
+        if given.dtype.is_floating_point or given.dtype.is_complex or given.dtype == torch.bool:
+            raise InputError(f"{where}token ids must be integers, got {given.dtype} (a float id "
+                             "would be truncated)")
+        ids = given.to(torch.int64).flatten()
         bad = ((ids < 0) | (ids >= self.vocab_size)).nonzero().flatten()
         if len(bad):
             i = int(bad[0])
-            raise InputError(f"token id {int(ids[i])} at position {i} is outside the vocabulary "
-                             f"[0, {self.vocab_size})")
+            raise InputError(f"{where}token id {int(ids[i])} at position {i} is outside the "
+                             f"vocabulary [0, {self.vocab_size})")
         return ids
 
     def _check_live(self, seqs: Seq[Sequence]) -> None:

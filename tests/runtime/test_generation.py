@@ -79,8 +79,14 @@ def test_bad_requests_are_refused_up_front():
     eng = engine("reference")
     with pytest.raises(CapacityError, match="prompt 1: 30 tokens \\+ 8 new exceed the capacity"):
         eng.generate([[1, 2], list(range(30))], max_new_tokens=8)
-    with pytest.raises(InputError, match="token id 256 at position 1"):
+    with pytest.raises(InputError, match="prompt 1: token id 256 at position 1"):
         eng.generate([[1, 2], [3, 256]], max_new_tokens=2)
+    with pytest.raises(InputError, match="prompt 1: token ids must be integers, got torch.float32"):
+        eng.generate([[1, 2], [3, 2.5]], max_new_tokens=2)
+    seq = eng.new_sequence()
+    with pytest.raises(InputError, match="integers, got torch.bool"):
+        eng.prefill(seq, torch.tensor([True, False]))
+    eng.free(seq)
     with pytest.raises(InputError, match="top_p"):
         Sampling(top_p=0)
     assert len(eng._free) == 2 and eng.generate(PROMPTS[0], 2)  # nothing leaked

@@ -15,7 +15,7 @@ rows and the capacity only (a captured launch stays valid).
 {name}, grid (rows,): selection -> index [rows, topk (+ P - 1)] int32. With more visible pools
 than K = topk / P, a radix select (4 passes of 8-bit digit histograms over the ordered score
 bits) finds the K-th largest score; pools above it are taken, ties at it lowest index first
-(torch.topk breaks ties arbitrarily: the selected sets match where scores differ). Selected pools
+(as the reference's stable top-k). Selected pools
 expand to P token ids each, in pool order (the reference orders them by score; the set is
 the same), then -1 up to column topk, then the visible tokens of the incomplete tail pool.
 
