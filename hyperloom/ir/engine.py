@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import weakref
 from collections import deque
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
@@ -31,13 +32,19 @@ class Sequence:
     length: int = 0  # tokens cached in the main model
     draft_length: int = 0  # tokens cached in the MTP drafter
     live: bool = True
+    snaps: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False)  # its snapshots
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Snapshot:
+    """A sequence's lengths and fixed state (KDA's), restorable while the tokens it counts are
+    intact: a step that writes below its length (after a rollback) makes it stale."""
+
     length: int
     draft_length: int
     fixed: dict[str, torch.Tensor] = field(repr=False)
+    seq: Sequence = field(repr=False)
+    stale: list[str] = field(default_factory=list, repr=False)  # why it can't be restored
 
 
 class Engine:
@@ -73,10 +80,18 @@ class Engine:
         self._free.append(seq.slot)
 
     def snapshot(self, seq: Sequence) -> Snapshot:
-        return Snapshot(seq.length, seq.draft_length, self.state.snapshot(seq.slot))
+        snap = Snapshot(seq.length, seq.draft_length, self.state.snapshot(seq.slot), seq)
+        seq.snaps.add(snap)
+        return snap
 
     def rollback(self, seq: Sequence, snap: Snapshot) -> None:
         self._check_live([seq])
+        if snap.seq is not seq:
+            raise InputError(f"rollback: the snapshot is of the sequence in slot {snap.seq.slot}"
+                             f"{'' if snap.seq.live else ' (freed)'}, not of this one (slot "
+                             f"{seq.slot})")
+        if snap.stale:
+            raise InputError(f"rollback: {snap.stale[0]}")
         self.state.restore(seq.slot, snap.fixed)
         seq.length, seq.draft_length = snap.length, snap.draft_length
 
@@ -213,6 +228,7 @@ class Engine:
         slot = torch.cat([torch.full((n,), q.slot) for q, n in zip(seqs, counts)])
         inputs = {"ids": ids, "pos": pos, "slot": slot} | extra
         self.state.reserve([(q.slot, s + n) for q, s, n in zip(seqs, starts, counts)])
+        _overwrite(graph, seqs, starts)
         saved = {q.slot: self.state.snapshot(q.slot) for q in seqs} if guard else {}
         try:
             return self._run(graph, inputs)
@@ -241,6 +257,18 @@ class ReferenceEngine(Engine):
     def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         inputs = {k: v.to(self.device) for k, v in inputs.items()}
         return run_graph(self.graphs[graph], self.weights, inputs, self.state, self.dtype)
+
+
+def _overwrite(graph: str, seqs: Seq[Sequence], starts: list[int]) -> None:
+    """Snapshots counting tokens at or past a step's first position go stale: the step
+    rewrites them (it runs after a rollback below them)."""
+    attr = "length" if graph == "main" else "draft_length"
+    for q, start in zip(seqs, starts):
+        for snap in list(q.snaps):
+            if getattr(snap, attr) > start and not snap.stale:
+                snap.stale.append(f"the snapshot at {attr} {getattr(snap, attr)} counts tokens "
+                                  f"from position {start} on, which a step after a rollback "
+                                  "has rewritten")
 
 
 def _params(sampling: Sampling | Seq[Sampling] | None, i: int,

@@ -214,6 +214,32 @@ def test_rollback_then_other_tokens(m: Setup) -> None:
         assert_close(eng.decode([s], [t])[0], want[i], F32, f"step {i} after rollback")
 
 
+def test_rollback_refuses_what_it_cannot_restore(m: Setup) -> None:
+    """Another sequence's snapshot, or one whose tokens a step after a rollback rewrote: refused,
+    the sequence untouched. Rolling forward again before any write is still exact."""
+    eng = m.engine()
+    a, b = eng.new_sequence(), eng.new_sequence()
+    eng.prefill(a, m.tokens(N, seed=17))
+    eng.prefill(b, m.tokens(N - 2, seed=18))
+    early, of_b = eng.snapshot(a), eng.snapshot(b)
+    eng.decode([a], [3])
+    late = eng.snapshot(a)
+    want = eng.decode([a], [5])[0]
+    with pytest.raises(InputError, match="snapshot is of the sequence in slot 1"):
+        eng.rollback(a, of_b)
+    assert a.length == N + 2
+    eng.rollback(a, early)
+    eng.rollback(a, late)  # forward: the token at N is still the one `late` counts
+    assert_close(eng.decode([a], [5])[0], want, F32, "rolled forward")
+    eng.rollback(a, early)
+    eng.decode([a], [4])  # rewrites position N
+    with pytest.raises(InputError, match="counts tokens from position 13 on"):
+        eng.rollback(a, late)
+    assert a.length == N + 1
+    eng.rollback(a, early)  # still good: it counts only tokens before N
+    assert a.length == N
+
+
 def test_draft_state_chunked_and_rolled_back() -> None:
     # MTP drafter keeps its own caches and length; split steps and rollback must not show
     m = setup("glm5next", "tiny")
