@@ -135,6 +135,9 @@ class Engine:
             raise InputError("this model has no MTP layer (num_nextn_predict_layers = 0)")
         ids = self._ids(next_ids)
         want = (len(ids), int(dict(self.graphs["mtp"].inputs)["%hidden"].shape[1]))
+        if not hidden.is_floating_point():
+            raise InputError(f"draft: tensor hidden must be floating point (the main model's "
+                             f"hidden rows), got {hidden.dtype}")
         if tuple(hidden.shape) != want:
             raise InputError(f"draft: tensor hidden has shape {list(hidden.shape)}, expected "
                              f"{list(want)} (one row per next id)")
@@ -155,8 +158,10 @@ class Engine:
         """One step over rows of several sequences at once (decode rows and prefill chunks
         mixed): each (sequence, ids) appends ids at the sequence's end; returns each entry's
         logits rows [len(ids), vocab] fp32."""
+        if not batch:
+            raise InputError("step got no (sequence, ids) entries")
         seqs = [s for s, _ in batch]
-        ids = [self._ids(t) for _, t in batch]
+        ids = [self._ids(t, f"step entry {i}: ") for i, (_, t) in enumerate(batch)]
         counts = [len(t) for t in ids]
         if self.max_step_rows and sum(counts) > self.max_step_rows:
             raise InputError(f"a step of {sum(counts)} rows exceeds the {self.max_step_rows} "
@@ -196,6 +201,9 @@ class Engine:
         if given.dtype.is_floating_point or given.dtype.is_complex or given.dtype == torch.bool:
             raise InputError(f"{where}token ids must be integers, got {given.dtype} (a float id "
                              "would be truncated)")
+        if sum(d > 1 for d in given.shape) > 1:  # [n], [n, 1] or [1, n]: one row of ids
+            raise InputError(f"{where}token ids must be one row, got shape {list(given.shape)} "
+                             "(a batch of sequences goes through decode or step)")
         ids = given.to(torch.int64).flatten()
         bad = ((ids < 0) | (ids >= self.vocab_size)).nonzero().flatten()
         if len(bad):

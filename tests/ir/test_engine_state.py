@@ -254,6 +254,9 @@ def test_draft_state_chunked_and_rolled_back() -> None:
     got = torch.cat([eng.draft(s, ids[1:6], hidden[:5]), eng.draft(s, ids[6:], hidden[5:])])
     assert s.draft_length == N
     assert_close(got, want, F32, "chunked draft")
+    with pytest.raises(InputError, match="hidden must be floating point"):
+        eng.draft(s, ids[:1], hidden[:1].long())
+    assert s.draft_length == N
 
 
 # -- precision --------------------------------------------------------------------------------

@@ -86,6 +86,11 @@ def test_bad_requests_are_refused_up_front():
     seq = eng.new_sequence()
     with pytest.raises(InputError, match="integers, got torch.bool"):
         eng.prefill(seq, torch.tensor([True, False]))
+    with pytest.raises(InputError, match=r"one row, got shape \[2, 3\]"):
+        eng.prefill(seq, torch.arange(6).view(2, 3))  # not six tokens of one sequence
+    with pytest.raises(InputError, match="step got no"):
+        eng.step([])
+    assert seq.length == 0 and eng.prefill(seq, torch.arange(3)[None]).shape[0] == 3  # [1, n]
     eng.free(seq)
     with pytest.raises(InputError, match="top_p"):
         Sampling(top_p=0)
