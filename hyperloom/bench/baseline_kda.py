@@ -1,13 +1,17 @@
 """The baseline's KDA: plain torch over static per-slot states, as a careful user writes it.
 The step's rows are B groups of T (group b is slot b's). The conv is a grouped conv1d over the
-window and the rows; the recurrence is a per-token loop for a few rows (decode, verify) and the
-chunked WY form for a prefill: the in-chunk parts of every chunk at once, then one short loop
-that carries the state across chunks."""
+window and the rows; the gate and the q / k norms are the reference's; the recurrence is a
+per-token loop for a few rows (decode, verify) and the chunked WY form for a prefill: the
+in-chunk parts of every chunk at once, then one short loop that carries the state across
+chunks."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from hyperloom.ir.ops import KDAGateAttrs
+from hyperloom.ir.semantics.kda import kda_gate, l2norm
 
 CHUNK, SUB = 64, 16  # chunk rows; sub-blocks whose decay pairs are formed channel by channel
 LOOP_ROWS = 16  # at most this many rows a sequence: the per-token loop
@@ -25,17 +29,8 @@ def conv(q, k, v, wq, wk, wv, window, *, kernel, dtype):
 
 
 def gate(f, dt_bias, a_log, *, heads, head_dim, lower_bound, dtype):
-    g = (f.float() + dt_bias).view(-1, heads, head_dim)
-    rate = a_log.exp()[None, :, None]
-    if lower_bound is not None:
-        g = lower_bound * torch.sigmoid(rate * g)
-    else:
-        g = -rate * F.softplus(g)
-    return g.reshape(f.shape[0], -1).to(dtype)
-
-
-def _l2(x: torch.Tensor) -> torch.Tensor:
-    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+    at = KDAGateAttrs(heads, head_dim, lower_bound)
+    return kda_gate(None, at, f.float(), dt_bias, a_log).to(dtype)
 
 
 def kda(q, k, v, g, b, state, *, heads, head_dim, dtype):
@@ -45,8 +40,8 @@ def kda(q, k, v, g, b, state, *, heads, head_dim, dtype):
     def heads_first(x):  # [B * T, H * d] -> [B, H, T, d]
         return x.float().view(n_seq, -1, heads, x.shape[-1] // heads).transpose(1, 2)
 
-    q = _l2(heads_first(q)) * head_dim ** -0.5
-    k, v, g = _l2(heads_first(k)), heads_first(v), heads_first(g)
+    q = l2norm(heads_first(q)) * head_dim ** -0.5
+    k, v, g = l2norm(heads_first(k)), heads_first(v), heads_first(g)
     beta = torch.sigmoid(heads_first(b)[..., 0])  # [B, H, T]
     step = _loop if q.shape[2] <= LOOP_ROWS else _chunked
     o, s = step(q, k, v, g, beta, state)

@@ -1,5 +1,6 @@
 """The baseline's routed MoE, as a careful user writes it with static shapes: the sigmoid
-router with grouped top-k, then the (token, expert) pairs sorted by expert and run through
+router with grouped top-k (the reference's: plain torch already, ties to the lowest expert as
+in the engine), then the (token, expert) pairs sorted by expert and run through
 torch's grouped GEMM (`torch._grouped_mm`, one launch for every expert's rows), the weighted
 results added back to their tokens. torch's grouped GEMM takes bf16 only (under
 torch.compile); other dtypes (the CPU tests' fp32) multiply each row by its gathered expert."""
@@ -9,21 +10,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from hyperloom.ir.ops import RouterAttrs
+from hyperloom.ir.semantics.moe import moe_router
+
 
 def router(x, w, bias, *, top_k, n_group, topk_group, norm_topk_prob, scaling):
-    """-> (weights [T, k] fp32, expert ids [T, k] int32)."""
-    t, e = x.shape[0], w.shape[0]
-    s = torch.sigmoid(x.float() @ w.float().T)
-    choice = s + bias.float()
-    groups = choice.view(t, n_group, e // n_group)
-    best = groups.topk(min(2, groups.shape[-1]), -1).values.sum(-1)  # [T, G]
-    keep = torch.zeros_like(best).scatter_(1, best.topk(topk_group, -1).indices, 1.0)
-    choice = choice.masked_fill(keep.repeat_interleave(e // n_group, 1) == 0, float("-inf"))
-    ids = choice.topk(top_k, -1).indices
-    weights = s.gather(1, ids)
-    if norm_topk_prob:
-        weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
-    return weights * scaling, ids.to(torch.int32)
+    """-> (weights [T, k] fp32, expert ids [T, k] int32): the reference's, in fp32."""
+    at = RouterAttrs(top_k, n_group, topk_group, norm_topk_prob, scaling)
+    return moe_router(None, at, x.float(), w.float(), bias.float())
 
 
 def experts(x, weights, ids, wg, wu, wd, *, limit, dtype):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from hyperloom.ir.ops import GatedNormAttrs
+from hyperloom.ir.semantics import dense
 from hyperloom.ir.semantics.hc import sinkhorn
 
 
@@ -20,11 +22,9 @@ def rmsnorm(x, w, *, eps, dtype):
 
 
 def gated_rmsnorm(x, gate, w, *, eps, head_dim, dtype):
-    """RMSNorm per head_dim group, times sigmoid(gate)."""
-    t = x.shape[0]
-    y = rms(x.view(t, -1, head_dim), eps) * w.float() * torch.sigmoid(gate.float().view(t, -1,
-                                                                                        head_dim))
-    return y.reshape(t, -1).to(dtype)
+    """RMSNorm per head_dim group, times sigmoid(gate): the reference's, in fp32."""
+    at = GatedNormAttrs(eps, head_dim)
+    return dense.gated_rmsnorm(None, at, x.float(), gate.float(), w.float()).to(dtype)
 
 
 def layernorm(x, w, b, *, eps, dtype):

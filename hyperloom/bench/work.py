@@ -49,10 +49,14 @@ def _decode_state(graph: Graph, node: Node, ctx: int) -> int:
     return 0
 
 
-def _expert_bytes(graph: Graph, node: Node) -> int:
-    """One expert's gate, up and down rows of a MOE_EXPERTS node."""
+def _expert_numel(graph: Graph, node: Node) -> int:
+    """Elements of one expert's gate, up and down rows of a MOE_EXPERTS node."""
     stacks = [graph.param(a[1:]).type for a in node.args[3:6]]
-    return sum(t.nbytes() // int(t.shape[0]) for t in stacks)
+    return sum(t.numel() // int(t.shape[0]) for t in stacks)
+
+
+def _expert_bytes(graph: Graph, node: Node) -> int:
+    return _expert_numel(graph, node) * graph.param(node.args[3][1:]).type.dtype.torch.itemsize
 
 
 def decode_bytes(model: Model, ctx: int, batch: int = 1,
@@ -99,8 +103,7 @@ def _op_flops(graph: Graph, node: Node, n: int) -> int:
         return n * n * at.heads * at.head_dim * 2
     if op is Op.MOE_EXPERTS:  # top_k experts a row: gate, up and down
         top_k = _by_out(graph)[node.args[2]].attrs.top_k
-        return 2 * n * top_k * _expert_bytes(graph, node) // graph.param(
-            node.args[3][1:]).type.dtype.torch.itemsize
+        return 2 * n * top_k * _expert_numel(graph, node)
     if op is Op.KDA:  # the recurrence's three products a token: S^T k, k delta^T, S^T q
         return 6 * n * at.heads * at.head_dim * at.head_dim
     if op is Op.DSA_INDEX:  # each row scores the complete pools it sees

@@ -16,6 +16,7 @@ from hyperloom.bench.work import decode_bytes, prefill_flops
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import moe
 from hyperloom.ir.semantics.context import Ctx
+from hyperloom.ir.semantics.kda import l2norm
 from hyperloom.models.random_weights import random_weights
 from tests.tolerances import REL, assert_close, assert_rel
 
@@ -83,7 +84,7 @@ def test_chunked_kda_equals_the_token_loop_in_fp64(bound):
     def randn(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
-    q, k = baseline_kda._l2(randn(2, 3, 150, 16)) * 0.25, baseline_kda._l2(randn(2, 3, 150, 16))
+    q, k = l2norm(randn(2, 3, 150, 16)) * 0.25, l2norm(randn(2, 3, 150, 16))
     v, s0 = randn(2, 3, 150, 16), randn(2, 3, 16, 16)
     g = bound * torch.sigmoid(randn(2, 3, 150, 16))
     beta = torch.rand(2, 3, 150, generator=gen, dtype=torch.float64)
