@@ -2,17 +2,21 @@
 the engine gives it, at GLM-5.3's width (64 heads x 128: 8192 channels each of q, k, v, kernel
 4): prefill steps of one sequence, decode rows of 1 and 16 sequences, a verify step of 4
 sequences x 4 rows. Each variant's outputs and windows are checked against the reference
-(`semantics.kda.kda_conv`) first; on a GPU each shape is then timed as 20 launches between two
-CUDA events (median of 10), in alternating rounds. On a CPU: a tiny width, checks only.
+(`semantics.kda.kda_conv`) first; on a GPU each shape is then timed as a CUDA graph of 20
+launches (no host cost in it; median of 10 replays), in alternating rounds. On a CPU: a tiny
+width, checks only. A variant `tile:BTxBCxW` is the committed kernel with every step tiled BT
+rows by BC channels on W warps.
 
-    python bench/sweeps/kda_conv.py committed bench/sweeps/queued/conv_serial.py"""
+    python bench/sweeps/kda_conv.py committed tile:16x128x4 bench/sweeps/queued/conv_serial.py"""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -32,6 +36,11 @@ LAUNCHES, REPS = 20, 10
 
 
 def load_variant(path: str, tag: str):
+    if path.startswith("tile:"):  # the committed kernel, every step on one tile
+        bt, bc, warps = (int(n) for n in path[5:].split("x"))
+        tiles = ((1 << 62, kda_conv.Tile(bt, bc, warps)),)
+        return SimpleNamespace(source=kda_conv.source,
+                               launch=functools.partial(kda_conv.launch, tiles=tiles))
     return common.load_variant(path, f"conv_{tag}", kda_conv)
 
 
@@ -68,12 +77,16 @@ def sweep_one(mod, tag: str, case: Case, want) -> dict:
               rel_err(window, want[1]))
     if case.dev.type != "cuda":
         return {"err": err}
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(LAUNCHES):
+            case.run(mod, kernel, window, out)
+    graph.replay()
     times = []
     for _ in range(REPS):
         start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
         start.record()
-        for _ in range(LAUNCHES):
-            case.run(mod, kernel, window, out)
+        graph.replay()
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / LAUNCHES)

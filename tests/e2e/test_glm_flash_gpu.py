@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib.util
 import shutil
 
 import pytest
@@ -54,11 +55,7 @@ def flash() -> Flash:
     cfg = dataclasses.replace(truncate(fam.configs["glm-5.3-flash"], LAYERS),
                               num_nextn_predict_layers=0)
     bf16, f32 = fam.build(cfg, DType.of(BF16)), fam.build(cfg, DType.of(F32))
-    weights = random_weights(bf16, seed=11, device="cuda")
-    for p in bf16.params().values():
-        if p.stacked:  # routed experts: one shared base plus EXPERT_SPREAD of their own
-            w = weights[p.name]
-            w.mul_(EXPERT_SPREAD).add_(w[0].clone())
+    weights = random_weights(bf16, seed=11, device="cuda", expert_spread=EXPERT_SPREAD)
     prompt = torch.randint(0, cfg.vocab_size, (PROMPT,), generator=torch.Generator().manual_seed(5))
     assert PROMPT > 2 * cfg.index_topk and PROMPT % cfg.index_kpool != 0
     return Flash(bf16, f32, cfg, weights, prompt)
@@ -74,6 +71,9 @@ def hf_run(flash, tmp_path_factory):
     """Transformers' logits: the prompt, then DECODE steps fed its own greedy tokens."""
     import transformers
 
+    if importlib.util.find_spec("fla") is not None:  # transformers would take fla's kernels
+        pytest.fail("fla-core is importable: transformers' glm5_next would run fla's KDA kernels, "
+                    "not its fp32 torch path; run these tests without fla on the path")
     path = tmp_path_factory.mktemp("flash4")
     save_checkpoint(path, family("glm5next"), flash.bf16, flash.weights)
     hf_config("glm5next", flash.cfg)[0].save_pretrained(path)

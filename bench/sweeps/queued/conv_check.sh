@@ -2,7 +2,7 @@
 # its bf16 GPU tests and GLM-5.3-Flash's 4-layer tests, the conv against its serial form at the
 # engine's step shapes, and a KDA site's decode step. Run from the repository root with
 # transformers' wheel on PYTHONPATH; logs under $OUT. Then delete queued/conv_serial.py.
-python3 -m pytest -p no:xdist -o addopts=-ra -m gpu tests/codegen/test_kda.py \
+timeout 240 python3 -m pytest -p no:xdist -o addopts=-ra -m gpu tests/codegen/test_kda.py \
     tests/e2e/test_glm_flash_gpu.py -q 2>&1 | tee "$OUT/conv_gpu_tests.log"
 (cd bench/sweeps && timeout 120 python3 kda_conv.py --rounds 2 committed \
     queued/conv_serial.py 2>&1 | tee "$OUT/conv_sweep.log")

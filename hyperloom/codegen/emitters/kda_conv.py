@@ -23,12 +23,26 @@ from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.text import RUN_END, comment, pdl
 
 CONV_BC = 128  # channels per conv program
-CONV_BT = 32  # the rows of a program's tile: BR = CONV_BT - (kernel - 2) of them its own
 BIG = 1 << 30
 
 
-def _conv_block(channels: int) -> int:
-    return min(CONV_BC, 1 << (channels - 1).bit_length())  # a power of two
+@dataclass(frozen=True)
+class Tile:
+    """A program's row tile (BT rows, of which the first BT - (kernel - 2) are its own; the
+    rest: spill of its runs' first kernel - 1 rows), channels and warps."""
+    rows: int
+    channels: int
+    warps: int
+
+
+# (most step rows, tile) by step size, smallest first: ptxas for sm_90 gives the [32, 128] tile
+# 255 registers and 152 bytes of spills, the [8, 128] one 128 registers and 8 bytes; a decode
+# step's few rows want many light programs (the serial form this replaced: 2.3 us at batch 1)
+CONV_TILES = ((64, Tile(8, 128, 4)), (1 << 62, Tile(32, 128, 4)))
+
+
+def _conv_block(channels: int, most: int = CONV_BC) -> int:
+    return min(most, 1 << (channels - 1).bit_length())  # a power of two
 
 
 @dataclass(frozen=True)
@@ -36,12 +50,12 @@ class ConvSpec:
     channels: int  # C: channels of each of q, k, v
     kernel: int  # taps; the window keeps kernel - 1 inputs per channel
 
-    @property
-    def tile(self) -> tuple[int, int]:
-        """(BT, BR): a program's row tile and the rows it owns (the rest: spill of its runs'
-        first kernel - 1 rows)."""
-        bt = max(CONV_BT, next_power_of_2(2 * self.kernel))
-        return bt, bt - max(self.kernel - 2, 0)
+    def tile(self, rows: int, tiles: tuple = CONV_TILES) -> tuple[int, int, int, int]:
+        """(BT, BR, BC, warps) of a step of `rows` rows: its row tile, the rows a program owns,
+        its channels and warps."""
+        t = next(t for most, t in tiles if rows <= most)
+        bt = max(t.rows, next_power_of_2(2 * self.kernel))
+        return bt, bt - max(self.kernel - 2, 0), _conv_block(self.channels, t.channels), t.warps
 
 
 _HELPERS = RUN_END + '''
@@ -96,7 +110,7 @@ def _new_window(taps: int) -> tuple[str, str]:
 
 
 def source(name: str, spec: ConvSpec, header: str = "") -> str:
-    bt, br = spec.tile
+    bt, br, bc, _ = spec.tile(1 << 62)
     reads, writes = _new_window(spec.kernel - 1)
     return f'''{comment(header)}import triton
 import triton.language as tl
@@ -106,7 +120,7 @@ import triton.language as tl
 @triton.jit
 def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_ptr, ok_ptr, ov_ptr,
         rows, sq, sk, sv, soq, sok, sov, sw_slot, C: tl.constexpr = {spec.channels},
-        K: tl.constexpr = {spec.kernel}, BC: tl.constexpr = {_conv_block(spec.channels)},
+        K: tl.constexpr = {spec.kernel}, BC: tl.constexpr = {bc},
         BT: tl.constexpr = {bt}, BR: tl.constexpr = {br},
         BIG: tl.constexpr = {BIG}):
 {pdl("    ")}    blocks = tl.cdiv(C, BC)
@@ -146,8 +160,9 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
 def launch(kernel, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, slot: torch.Tensor,
                 window: torch.Tensor, oq: torch.Tensor, ok: torch.Tensor, ov: torch.Tensor,
-                rows: int) -> None:
-    """The first `rows` rows; window fp32 [slots, 3C, kernel - 1], updated in place."""
+                rows: int, tiles: tuple = CONV_TILES) -> None:
+    """The first `rows` rows, tiled by `tiles`; window fp32 [slots, 3C, kernel - 1], updated in
+    place."""
     c, kn = spec.channels, spec.kernel
     if tuple(window.shape[1:]) != (3 * c, kn - 1) or window.dtype != torch.float32 \
             or not window.is_contiguous():
@@ -161,6 +176,8 @@ def launch(kernel, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch
             raise ValueError(f"KDA conv {name}: last dim {c} contiguous, got {tuple(t.shape)}")
     if rows == 0:
         return
-    kernel[(cdiv(rows, spec.tile[1]), 3 * cdiv(c, _conv_block(c)))](
+    bt, br, bc, warps = spec.tile(rows, tiles)
+    kernel[(cdiv(rows, br), 3 * cdiv(c, bc))](
         q, k, v, wq, wk, wv, slot, window, oq, ok, ov, rows, q.stride(0), k.stride(0),
-        v.stride(0), oq.stride(0), ok.stride(0), ov.stride(0), window.stride(0), num_warps=4)
+        v.stride(0), oq.stride(0), ok.stride(0), ov.stride(0), window.stride(0), BC=bc, BT=bt,
+        BR=br, num_warps=warps)
