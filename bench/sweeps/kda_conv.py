@@ -4,10 +4,10 @@ the engine gives it, at GLM-5.3's width (64 heads x 128: 8192 channels each of q
 sequences x 4 rows. Each variant's outputs and windows are checked against the reference
 (`semantics.kda.kda_conv`) first; on a GPU each shape is then timed as a CUDA graph of 20
 launches (no host cost in it; median of 10 replays), in alternating rounds. On a CPU: a tiny
-width, checks only. A variant `tile:BTxBCxW` is the committed kernel with every step tiled BT
-rows by BC channels on W warps.
+width, checks only. A variant `tile:BTxBCxW` is the committed tiled form on every step, tiled BT
+rows by BC channels on W warps; `runs` is the committed run-walking form on every step.
 
-    python bench/sweeps/kda_conv.py committed tile:16x128x4 bench/sweeps/queued/conv_serial.py"""
+    python bench/sweeps/kda_conv.py committed runs tile:16x128x4"""
 
 from __future__ import annotations
 
@@ -36,12 +36,17 @@ LAUNCHES, REPS = 20, 10
 
 
 def load_variant(path: str, tag: str):
-    if path.startswith("tile:"):  # the committed kernel, every step on one tile
+    """A variant file, or one of the committed forms on every step (`runs`, `tile:..`)."""
+    if path == "runs":
+        launch = functools.partial(kda_conv.launch, serial_rows=1 << 62)
+    elif path.startswith("tile:"):
         bt, bc, warps = (int(n) for n in path[5:].split("x"))
         tiles = ((1 << 62, kda_conv.Tile(bt, bc, warps)),)
-        return SimpleNamespace(source=kda_conv.source,
-                               launch=functools.partial(kda_conv.launch, tiles=tiles))
-    return common.load_variant(path, f"conv_{tag}", kda_conv)
+        launch = functools.partial(kda_conv.launch, tiles=tiles, serial_rows=0)
+    else:
+        return common.load_variant(path, f"conv_{tag}", kda_conv)
+    return SimpleNamespace(source=kda_conv.source, kernel_names=kda_conv.kernel_names,
+                           launch=launch)
 
 
 class Case:
@@ -54,6 +59,7 @@ class Case:
         self.x = [qkv[:, i * c: (i + 1) * c] for i in range(3)]
         self.w = [(torch.randn((c, 1, kn), generator=gen) * 0.5).to(dev) for _ in range(3)]
         self.slot = torch.tensor(slot, dtype=torch.int64, device=dev)
+        self.seq_rows = max(slot.count(s) for s in set(slot))
         self.window = torch.randn((max(slot) + 1, 3 * c, kn - 1), generator=gen).to(dev)
         self.spec, self.dev, self.dtype = spec, dev, dtype
 
@@ -64,12 +70,13 @@ class Case:
     def run(self, mod, kernel, window: torch.Tensor, out: list[torch.Tensor]) -> None:
         mod.launch(kernel, self.spec, q=self.x[0], k=self.x[1], v=self.x[2], wq=self.w[0],
                    wk=self.w[1], wv=self.w[2], slot=self.slot, window=window, oq=out[0],
-                   ok=out[1], ov=out[2], rows=len(self.slot))
+                   ok=out[1], ov=out[2], rows=len(self.slot), seq_rows=self.seq_rows)
 
 
 def sweep_one(mod, tag: str, case: Case, want) -> dict:
     name = f"conv_{tag}"
-    kernel = load(mod.source(name, case.spec, header="sweep"), name, case.dev)
+    src = mod.source(name, case.spec, header="sweep")
+    kernel = tuple(load(src, n, case.dev, name) for n in mod.kernel_names(name))
     window = case.window.clone()
     out = [torch.empty_like(x) for x in case.x]
     case.run(mod, kernel, window, out)

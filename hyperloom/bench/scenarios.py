@@ -57,6 +57,12 @@ TOLERANCE = {torch.bfloat16: 2e-2, torch.float32: 1e-4}
 TIE_ROWS = 2e-3
 TIE_REL = {torch.bfloat16: 5e-2, torch.float32: 5e-3}
 CHOICES = (Op.MOE_ROUTER, Op.DSA_INDEX)  # the ops that choose
+# The bench compares two bf16 computations, each of which the tests hold within REL of fp32 (and
+# the tie rule): they may be PAIR times that apart. Models that choose get that bound, row by
+# row: GLM-5.3-Flash's 4-layer prefill of 2048 tokens on the H200 had its median row 1.23e-2
+# from the baseline, 105 rows over 2e-2, the worst 6.6e-2 (llama's checks stay at tol: its
+# engine and baseline agree within it).
+PAIR = 2
 EXPERT_SPREAD = 0.02  # the bench's routed experts: one shared draw plus 2% of their own
 
 
@@ -128,7 +134,8 @@ class Bench:
         self.compile_modes = compile_modes
         self.profile_steps = profile_steps  # 0: no profile
         chooses = any(next(model.main.by_op(op), None) for op in CHOICES)
-        self.tie_rel = TIE_REL[dtype] if chooses else None  # see TIE_ROWS
+        self.tie_rel = PAIR * TIE_REL[dtype] if chooses else None  # see TIE_ROWS
+        self.row_tol = PAIR * tol if chooses else tol
 
     def ids(self, n: int) -> torch.Tensor:
         return torch.randint(0, self.model.vocab_size, (n,), generator=self.gen)
@@ -162,7 +169,7 @@ class Bench:
         tok_d, pos = tok.to(self.device), torch.full((batch,), ctx, device=self.device)
         name = f"decode b{batch} ctx{ctx}"
         out, experts = run_routed(base, tok_d, pos)
-        err = _check_rows(ours, out[0], self.tol, name, self.tie_rel)
+        err = _check_rows(ours, out[0], self.row_tol, name, self.tie_rel)
         r = Result(name, decode_bytes(self.model, ctx, batch, experts), "bytes",
                    median_seconds(replay, self.device), kernels=_launches(eng, batch, True),
                    rel_err=err, batch=batch, ctx=ctx)
@@ -188,7 +195,7 @@ class Bench:
         base = self._baseline(self.model.main, n + 16)
         ids_d, pos_d = prompt.to(self.device), torch.arange(n, device=self.device)
         want = base(ids_d, pos_d)[0]
-        err = (_check_rows(ours, want, self.tol, f"prefill {n}", self.tie_rel) if self.tie_rel
+        err = (_check_rows(ours, want, self.row_tol, f"prefill {n}", self.tie_rel) if self.tie_rel
                else _check(ours, want, self.tol, f"prefill {n}"))
         r = Result(f"prefill {n}", prefill_flops(self.model, n), "flops",
                    median_seconds(step, self.device, reps=10), kernels=_launches(eng, n),

@@ -51,7 +51,8 @@ GRIDS = {
     "attention": "decode: split (R, kv_heads, S) | rope_kv (R,) ; attend",
     "kda": "(R, heads, d / BV) | chunked: (1,) ; (chunks, heads, C/16) ; (chunks, heads) ; "
            "(chunks, heads, d/BK) ; (d/BV, heads, runs)",
-    "kda_conv": "(cdiv(R, BR), 3 * cdiv(C, BC))",
+    "kda_conv": "(R, 3 * cdiv(C, BC)) up to 16 rows a sequence | (cdiv(R, BR), 3 * cdiv(C, "
+                "BC))",
     "kda_gate": "(R, cdiv(W, BW))",
     "norm": "(R, width / group)",
     "moe_router": "(R/BM, E/BN, splits) ; (R,)",

@@ -201,13 +201,14 @@ def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
 
 def _kda_conv(entry: KernelEntry, o: Operands, device) -> Launch:
     node, spec = entry.node, kda_conv_spec(entry.node, o.types)
-    kern = load(o.source(entry), entry.name, device)
+    src = o.source(entry)
+    kerns = tuple(load(src, n, device, entry.name) for n in kda_conv.kernel_names(entry.name))
     q, k, v, wq, wk, wv, slot, _ = (o[a] for a in node.args)
     oq, ok, ov = (o[v] for v in node.outs)
     window = o.state[node.attrs.state + ".conv"]
-    return lambda rows, _: kda_conv.launch(kern, spec, q=q, k=k, v=v, wq=wq, wk=wk, wv=wv,
-                                           slot=slot, window=window, oq=oq, ok=ok, ov=ov,
-                                           rows=rows)
+    return lambda rows, seq_rows: kda_conv.launch(
+        kerns, spec, q=q, k=k, v=v, wq=wq, wk=wk, wv=wv, slot=slot, window=window, oq=oq, ok=ok,
+        ov=ov, rows=rows, seq_rows=seq_rows)
 
 
 def _kda_gate(entry: KernelEntry, o: Operands, device) -> Launch:

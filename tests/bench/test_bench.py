@@ -231,10 +231,12 @@ def test_a_model_that_chooses_may_move_two_rows_in_a_thousand():
 
 
 def test_only_models_that_choose_get_the_tie_rule():
+    """GLM (routed experts, DSA pools): bf16 pair bounds and the tie rule; llama: tol alone."""
     glm = hyperloom.build("glm5next", "tiny", dtype=torch.float32)
     llama = hyperloom.build("llama", "tiny", dtype=torch.float32)
-    assert Bench(glm, torch.device("cpu"), torch.float32, 1e-4).tie_rel == 5e-3
-    assert Bench(llama, torch.device("cpu"), torch.float32, 1e-4).tie_rel is None
+    chooses, plain = (Bench(m, torch.device("cpu"), torch.float32, 1e-4) for m in (glm, llama))
+    assert (chooses.tie_rel, chooses.row_tol) == (1e-2, 2e-4)  # PAIR x (TIE_REL, tol)
+    assert (plain.tie_rel, plain.row_tol) == (None, 1e-4)
 
 
 def test_batched_decode_checks_every_row(monkeypatch):

@@ -92,17 +92,17 @@ def test_moe_router_variants_are_checked(tmp_path) -> None:
 
 
 def test_conv_variants_are_checked(tmp_path) -> None:
-    """bench/sweeps/kda_conv.py on the CPU: the committed conv and its queued serial form match
-    the reference on every step shape; one without the SiLU does not."""
+    """bench/sweeps/kda_conv.py on the CPU: the committed conv, each of its forms on every step
+    and a retiled one match the reference on every step shape; one without the SiLU does not."""
     module = _sweep("kda_conv")
     wrong = _host_variant(tmp_path, "wrong", "kda_conv",
                           'text=[("(y * tl.sigmoid(y))", "(y)")]')
-    serial = str(SWEEPS / "queued" / "conv_serial.py")
-    got = module.main(["committed", serial, wrong])
+    good = ["committed", "runs", "tile:8x16x2"]
+    got = module.main([*good, wrong])
     worst = {}
     for r in got:
         worst[r["variant"]] = max(worst.get(r["variant"], 0.0), r["err"])
-    assert worst["committed"] < 1e-5 and worst[serial] < 1e-5, worst
+    assert all(worst[v] < 1e-5 for v in good), worst
     assert worst[wrong] > 1e-2, worst
 
 

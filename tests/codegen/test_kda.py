@@ -13,7 +13,8 @@ import torch
 from hyperloom.bench.kda import conv_reference
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.kda import KDASpec, launch, source
-from hyperloom.codegen.emitters.kda_conv import CONV_TILES, ConvSpec, Tile
+from hyperloom.codegen.emitters.kda_conv import CONV_TILES, SERIAL_ROWS, ConvSpec, Tile, \
+    kernel_names
 from hyperloom.codegen.emitters.kda_conv import launch as conv_launch
 from hyperloom.codegen.emitters.kda_conv import source as conv_source
 from hyperloom.ir import ops
@@ -148,14 +149,19 @@ class ConvStep:
         self.out = [torch.full((t, c), float("nan"), dtype=dtype, device=device)
                     for _ in range(3)]
 
-    def run(self, window: torch.Tensor, rows: slice | None = None,
-            tiles: tuple = CONV_TILES) -> None:
+    def run(self, window: torch.Tensor, rows: slice | None = None, tiles: tuple = CONV_TILES,
+            serial_rows: int = SERIAL_ROWS) -> None:
+        """The step's rows (a slice of them); the form by serial_rows: 0 tiled, 1 << 62 runs."""
         rows = rows or slice(0, self.q.shape[0])
-        kernel = load(conv_source("kc", self.spec, header="test"), "kc", self.device)
-        conv_launch(kernel, self.spec, q=self.q[rows], k=self.k[rows], v=self.v[rows],
-                    wq=self.w[0], wk=self.w[1], wv=self.w[2], slot=self.slot[rows],
-                    window=window, oq=self.out[0][rows], ok=self.out[1][rows],
-                    ov=self.out[2][rows], rows=rows.stop - rows.start, tiles=tiles)
+        src = conv_source("kc", self.spec, header="test")
+        kernels = tuple(load(src, n, self.device, "kc") for n in kernel_names("kc"))
+        slot = self.slot[rows]
+        seq_rows = int(torch.unique(slot, return_counts=True)[1].max()) if len(slot) else 0
+        conv_launch(kernels, self.spec, q=self.q[rows], k=self.k[rows], v=self.v[rows],
+                    wq=self.w[0], wk=self.w[1], wv=self.w[2], slot=slot, window=window,
+                    oq=self.out[0][rows], ok=self.out[1][rows], ov=self.out[2][rows],
+                    rows=rows.stop - rows.start, seq_rows=seq_rows, tiles=tiles,
+                    serial_rows=serial_rows)
 
     def reference(self, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         return conv_reference(self.spec, [self.q, self.k, self.v], self.w, self.slot,
@@ -163,16 +169,18 @@ class ConvStep:
 
 
 @pytest.mark.parametrize("channels,kernel", [(48, 4), (200, 3)])  # one and two channel blocks
-def test_kda_conv(channels: int, kernel: int) -> None:
+@pytest.mark.parametrize("serial_rows", [0, SERIAL_ROWS])  # tiled, runs
+def test_kda_conv(channels: int, kernel: int, serial_rows: int) -> None:
     step = ConvStep(ConvSpec(channels, kernel), SLOT_ROWS, "cpu", torch.float32, seed=channels)
-    window = _conv_matches_reference(step)
+    window = _conv_matches_reference(step, serial_rows=serial_rows)
     assert torch.equal(window[3], step.window[3]), "an idle slot's window changed"
 
 
-def _conv_matches_reference(step: ConvStep, tiles: tuple = CONV_TILES) -> torch.Tensor:
+def _conv_matches_reference(step: ConvStep, tiles: tuple = CONV_TILES,
+                            serial_rows: int = SERIAL_ROWS) -> torch.Tensor:
     """Runs the step on a copy of its windows against the fp64 reference; the copy."""
     window = step.window.clone()
-    step.run(window, tiles=tiles)
+    step.run(window, tiles=tiles, serial_rows=serial_rows)
     out, want = step.reference(torch.float64)
     live = step.slot >= 0
     for name, got, ref in zip("qkv", step.out, out):
@@ -193,30 +201,25 @@ CONV_LAYOUTS = {"spill": [5] * 29 + [6] * 3 + [7] * 40 + [-1] + [1] * 2 + [2] + 
 
 @pytest.mark.parametrize("layout", sorted(CONV_LAYOUTS))
 @pytest.mark.parametrize("kernel", [4, 2])
-@pytest.mark.parametrize("tile", [8, 32])
-def test_kda_conv_rows_over_several_programs(layout: str, kernel: int, tile: int) -> None:
+@pytest.mark.parametrize("form", ["tile8", "tile32", "runs"])
+def test_kda_conv_rows_over_several_programs(layout: str, kernel: int, form: str) -> None:
     slot = CONV_LAYOUTS[layout]
     if layout == "short":  # each sequence once
         slot = slot[:8]
+    tiles = ((1 << 62, Tile(8 if form == "tile8" else 32, 16, 4)),)
     _conv_matches_reference(ConvStep(ConvSpec(16, kernel), slot, "cpu", torch.float32,
-                                     seed=len(slot)), ((1 << 62, Tile(tile, 16, 4)),))
+                                     seed=len(slot)), tiles, 1 << 62 if form == "runs" else 0)
 
 
-def test_kda_conv_tile_by_step_rows() -> None:
-    """Decode and verify steps get the light 8-row tile, prefill steps the 32-row one."""
-    spec = ConvSpec(8192, 4)
-    assert [spec.tile(r)[:3] for r in (1, 16, 64, 65, 2048)] == \
-        [(8, 6, 128)] * 3 + [(32, 30, 128)] * 2
-
-
-def test_kda_conv_run_split_over_two_steps() -> None:
+@pytest.mark.parametrize("serial_rows", [0, SERIAL_ROWS])
+def test_kda_conv_run_split_over_two_steps(serial_rows: int) -> None:
     step = ConvStep(ConvSpec(32, 4), [4] * 5, "cpu", torch.float32, seed=3)
     whole = step.window.clone()
-    step.run(whole)
+    step.run(whole, serial_rows=serial_rows)
     one = [o.clone() for o in step.out]
     parts = step.window.clone()
-    step.run(parts, slice(0, 2))
-    step.run(parts, slice(2, 5))
+    step.run(parts, slice(0, 2), serial_rows=serial_rows)
+    step.run(parts, slice(2, 5), serial_rows=serial_rows)
     for name, got, ref in zip("qkv", step.out, one):
         assert_close(got, ref, torch.float32, f"conv {name} over two steps")
     assert_close(parts, whole, torch.float32, "window over two steps")

@@ -1,16 +1,20 @@
 """KDA's causal depthwise conv + SiLU (`hyperloom.ir.semantics.kda.kda_conv`) over the q, k, v
 channels, with each sequence's window of the last kernel - 1 inputs (fp32 [slots, 3C, kernel -
-1]) updated in place.
+1]) updated in place. Two forms, one source:
 
-Grid (cdiv(rows, BR), 3 * cdiv(C, BC)): program (b, part * blocks + cb) owns rows [b BR, (b +
-1) BR) and channels cb*BC.. of q, k or v (part 0, 1, 2); every row of a prefill is computed in
-parallel, each from the inputs before it (the rows of its run before it in this step, else its
-sequence's window). A run's rows are contiguous, so a row's place in its run (d, up to kernel -
-1) comes from the slots of the rows just before it. A run's first kernel - 1 rows, the only ones
-that read its window, belong to the program owning the run's first row (their tile reaches
-kernel - 2 rows past its BR), and that program alone writes the run's new window (the run's
-last kernel - 1 inputs, or the old window shifted for a shorter run), after its reads: no other
-program touches that window. Padding rows (slot < 0) are not computed.
+`{name}_runs`, for steps of at most SERIAL_ROWS rows a sequence (decode, verify): grid (rows,
+3 * cdiv(C, BC)); the program of a run's first row walks the run's rows in order with the window
+in registers, and writes the new window at the end; the other programs return at once.
+
+`{name}`, for prefill steps: grid (cdiv(rows, BR), 3 * cdiv(C, BC)); program (b, part * blocks +
+cb) owns rows [b BR, (b + 1) BR) and channels cb*BC.. of q, k or v (part 0, 1, 2); every row of a
+prefill is computed in parallel, each from the inputs before it (the rows of its run before it in
+this step, else its sequence's window). A run's rows are contiguous, so a row's place in its run
+(d, up to kernel - 1) comes from the slots of the rows just before it. A run's first kernel - 1
+rows, the only ones that read its window, belong to the program owning the run's first row (their
+tile reaches kernel - 2 rows past its BR), and that program alone writes the run's new window (the
+run's last kernel - 1 inputs, or the old window shifted for a shorter run), after its reads: no
+other program touches that window. Padding rows (slot < 0) are not computed.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
-from hyperloom.codegen.emitters.text import RUN_END, comment, pdl
+from hyperloom.codegen.emitters.loops import runtime_loop
+from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl
 
 CONV_BC = 128  # channels per conv program
 BIG = 1 << 30
@@ -35,10 +40,18 @@ class Tile:
     warps: int
 
 
-# (most step rows, tile) by step size, smallest first: ptxas for sm_90 gives the [32, 128] tile
-# 255 registers and 152 bytes of spills, the [8, 128] one 128 registers and 8 bytes; a decode
-# step's few rows want many light programs (the serial form this replaced: 2.3 us at batch 1)
-CONV_TILES = ((64, Tile(8, 128, 4)), (1 << 62, Tile(32, 128, 4)))
+# (most step rows, tile) by step size, smallest first. On the H200 at GLM-5.3's width (CUDA
+# graphs of launches): prefill 2048 rows 328 us on [32, 128] x 4 warps, 396 on [8, 128] and
+# [16, 128], 626 on [8, 64], 791 on [16, 128] x 8 warps (BENCHMARKS)
+CONV_TILES = ((1 << 62, Tile(32, 128, 4)),)
+# at most this many rows a sequence: the _runs form. H200, GLM-5.3's width, us: decode b1 1.66
+# vs 4.0 tiled, b16 4.15 vs 11.6, verify 4 x 4 rows 4.79 vs 6.46; prefill 256 rows 117 vs 41
+SERIAL_ROWS = 16
+
+
+def kernel_names(name: str) -> tuple[str, str]:
+    """(the tiled form, the run-walking form), both defined by source(name, ...)."""
+    return name, f"{name}_runs"
 
 
 def _conv_block(channels: int, most: int = CONV_BC) -> int:
@@ -58,7 +71,7 @@ class ConvSpec:
         return bt, bt - max(self.kernel - 2, 0), _conv_block(self.channels, t.channels), t.warps
 
 
-_HELPERS = RUN_END + '''
+_HELPERS = RUN_STOP + '''
 
 @triton.jit
 def _place(slot_ptr, r, s, rows, K: tl.constexpr):
@@ -109,6 +122,41 @@ def _new_window(taps: int) -> tuple[str, str]:
     return reads, writes
 
 
+def _runs_source(name: str, spec: ConvSpec, bc: int) -> str:
+    """The form for a few rows a sequence: a run's rows walked in order from its window."""
+    taps = spec.kernel - 1
+    load_h = "".join(f"    h{j} = tl.load(win + {j}, mask=cm, other=0.0)\n" for j in range(taps))
+    load_w = "".join(f"    w{j} = tl.load(w_ptr + c * K + {j}, mask=cm, other=0.0)\n"
+                     for j in range(spec.kernel))
+    dot = " + ".join([f"w{j} * h{j}" for j in range(taps)] + [f"w{taps} * x"])
+    shift = "".join(f"        h{j} = h{j + 1}\n" for j in range(taps - 1))
+    shift += f"        h{taps - 1} = x\n" if taps else ""
+    store_h = "".join(f"    tl.store(win + {j}, h{j}, mask=cm)\n" for j in range(taps))
+    head, tail = runtime_loop("i", "r", "stop", "1", " " * 4)
+    return f'''
+
+@triton.jit
+def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_ptr, ok_ptr, ov_ptr,
+        rows, sq, sk, sv, soq, sok, sov, sw_slot, C: tl.constexpr = {spec.channels},
+        K: tl.constexpr = {spec.kernel}, BC: tl.constexpr = {bc}):
+{pdl("    ")}    r = tl.program_id(0)
+    blocks = tl.cdiv(C, BC)
+    part = tl.program_id(1) // blocks  # 0: q, 1: k, 2: v
+    c = (tl.program_id(1) % blocks) * BC + tl.arange(0, BC)
+    cm = c < C
+    stop = _run_stop(slot_ptr, r, rows)
+    if stop == r:  # padding, or not the first row of its sequence's run
+        return
+    s = tl.load(slot_ptr + r)
+    x_ptr, sx, w_ptr, o_ptr, so = q_ptr, sq, wq_ptr, oq_ptr, soq
+{PICKS}    win = win_ptr + s * sw_slot + (part * C + c) * (K - 1)
+{load_h}{load_w}{head}        row = i.to(tl.int64)
+        x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0).to(tl.float32)
+        y = {dot}
+        tl.store(o_ptr + row * so + c, (y * tl.sigmoid(y)).to(o_ptr.dtype.element_ty), mask=cm)
+{shift}{tail}{store_h}'''
+
+
 def source(name: str, spec: ConvSpec, header: str = "") -> str:
     bt, br, bc, _ = spec.tile(1 << 62)
     reads, writes = _new_window(spec.kernel - 1)
@@ -116,6 +164,7 @@ def source(name: str, spec: ConvSpec, header: str = "") -> str:
 import triton.language as tl
 
 {_HELPERS}
+{_runs_source(kernel_names(name)[1], spec, bc)}
 
 @triton.jit
 def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_ptr, ok_ptr, ov_ptr,
@@ -157,12 +206,14 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
 {writes}'''
 
 
-def launch(kernel, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, slot: torch.Tensor,
-                window: torch.Tensor, oq: torch.Tensor, ok: torch.Tensor, ov: torch.Tensor,
-                rows: int, tiles: tuple = CONV_TILES) -> None:
-    """The first `rows` rows, tiled by `tiles`; window fp32 [slots, 3C, kernel - 1], updated in
-    place."""
+def launch(kernels, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, slot: torch.Tensor,
+           window: torch.Tensor, oq: torch.Tensor, ok: torch.Tensor, ov: torch.Tensor,
+           rows: int, seq_rows: int, tiles: tuple = CONV_TILES,
+           serial_rows: int = SERIAL_ROWS) -> None:
+    """The first `rows` rows (at most seq_rows of one sequence) with `kernels` (kernel_names'
+    order): walked run by run up to serial_rows a sequence, else tiled by `tiles`; window fp32
+    [slots, 3C, kernel - 1], updated in place."""
     c, kn = spec.channels, spec.kernel
     if tuple(window.shape[1:]) != (3 * c, kn - 1) or window.dtype != torch.float32 \
             or not window.is_contiguous():
@@ -176,8 +227,11 @@ def launch(kernel, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch
             raise ValueError(f"KDA conv {name}: last dim {c} contiguous, got {tuple(t.shape)}")
     if rows == 0:
         return
+    args = (q, k, v, wq, wk, wv, slot, window, oq, ok, ov, rows, q.stride(0), k.stride(0),
+            v.stride(0), oq.stride(0), ok.stride(0), ov.stride(0), window.stride(0))
+    tiled, runs = kernels
     bt, br, bc, warps = spec.tile(rows, tiles)
-    kernel[(cdiv(rows, br), 3 * cdiv(c, bc))](
-        q, k, v, wq, wk, wv, slot, window, oq, ok, ov, rows, q.stride(0), k.stride(0),
-        v.stride(0), oq.stride(0), ok.stride(0), ov.stride(0), window.stride(0), BC=bc, BT=bt,
-        BR=br, num_warps=warps)
+    if seq_rows <= serial_rows:
+        runs[(rows, 3 * cdiv(c, bc))](*args, BC=bc, num_warps=4)
+    else:
+        tiled[(cdiv(rows, br), 3 * cdiv(c, bc))](*args, BC=bc, BT=bt, BR=br, num_warps=warps)
