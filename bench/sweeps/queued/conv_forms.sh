@@ -16,6 +16,7 @@ timeout 80 python3 -m hyperloom.cli bench glm5next --config glm-5.3-flash --scen
 glm() {  # NAME ARGS...
     local name=$1
     shift
+    [ "$(left)" -gt 60 ] || { echo "glm $name: no time left" | tee "$OUT/glm_$name.log"; return; }
     timeout "$(left)" python3 -m hyperloom.cli bench glm5next --config glm-5.3-flash --layers 4 \
         --no-compile-time --json "$OUT/glm-$name.json" "$@" 2>&1 | tee "$OUT/glm_$name.log"
 }
