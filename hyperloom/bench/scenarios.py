@@ -129,7 +129,8 @@ class Bench:
     def __init__(self, model: Model, device: torch.device, dtype: torch.dtype, tol: float,
                  seed: int = 0, compile_modes: bool = True, profile_steps: int = 0):
         self.model, self.device, self.dtype, self.tol = model, device, dtype, tol
-        self.weights = random_weights(model, seed, expert_spread=EXPERT_SPREAD)
+        # drawn where they run: a real-width model skips the host draw and copy
+        self.weights = random_weights(model, seed, device, expert_spread=EXPERT_SPREAD)
         self.gen = torch.Generator().manual_seed(seed)
         self.compile_modes = compile_modes
         self.profile_steps = profile_steps  # 0: no profile
