@@ -74,3 +74,21 @@ def timed_step(step, kernels, names, prefix: str, bare: str) -> dict:
         totals.append(start.elapsed_time(end) * 1e3)
     return {"total_us": statistics.median(totals)} | {
         n: statistics.median(v) for n, v in per.items()}
+
+
+def graph_us(issue, launches: int, reps: int = 10) -> float:
+    """Median µs a launch: issue() (`launches` launches) captured once in a CUDA graph, the
+    graph replayed once to warm, then `reps` times between CUDA events (no host cost in it)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        issue()
+    graph.replay()
+    times = []
+    for _ in range(reps):
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / launches)
+    return statistics.median(times)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -84,20 +83,10 @@ def sweep_one(mod, tag: str, case: Case, want) -> dict:
               rel_err(window, want[1]))
     if case.dev.type != "cuda":
         return {"err": err}
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    def issue() -> None:
         for _ in range(LAUNCHES):
             case.run(mod, kernel, window, out)
-    graph.replay()
-    times = []
-    for _ in range(REPS):
-        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / LAUNCHES)
-    return {"err": err, "us": statistics.median(times)}
+    return {"err": err, "us": common.graph_us(issue, LAUNCHES, REPS)}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -106,6 +106,15 @@ def test_conv_variants_are_checked(tmp_path) -> None:
     assert worst[wrong] > 1e-2, worst
 
 
+def test_gemv_tilings_are_checked() -> None:
+    """bench/sweeps/gemv.py on the CPU: the committed tiling and a `W,S,N,K` one (its tiles
+    used: SwiGLU splits W between gate and up) match torch on every shape."""
+    got = _sweep("gemv").main(["committed", "16,3,2,32", "--shapes", "llama o,llama gate_up"])
+    assert len(got) == 4 and all(r["err"] < 1e-5 for r in got), got
+    assert [r["tiles"] for r in got if r["variant"] != "committed"] == [(16, 3, 2, 32),
+                                                                       (8, 3, 2, 32)]
+
+
 def test_dsa_indexer_variants_are_checked(tmp_path) -> None:
     """bench/sweeps/dsa_indexer.py on the CPU (GLM tiny's indexer): the committed kernels pass
     the bench's check; scores negated select other pools and are refused."""
