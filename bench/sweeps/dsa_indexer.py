@@ -5,7 +5,9 @@ step is checked as the bench checks it (the selection as sets, the attention aga
 reference; `--no-check` for diagnostics that compute something else), and on a GPU the kernel
 groups "indexer", "score" and "scored" (score + select) are timed as the bench times them, in
 alternating rounds. A variant is "committed" or a file defining the module's API, most simply
-through `variant.make(..., host=dsa)`.
+through `variant.make(..., host=dsa)`. With `--mla` the variants are of the sparse MLA attention
+(`emitters.mla`, `host=mla`; a variant's MAX_SPLITS sizes its scratch), and the groups "attend"
+and "mla" (absorb + attend + merge) are timed.
 
     python bench/sweeps/dsa_indexer.py --batch 16 --ctx 131072 committed my_variant.py
 
@@ -23,33 +25,40 @@ import hyperloom
 from hyperloom.bench import dsa as bench_dsa
 from hyperloom.bench.kernels import load_emitters
 from hyperloom.bench.measure import measure_limits
-from hyperloom.codegen.emitters import dsa
+from hyperloom.codegen.emitters import dsa, mla
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # variant files import `variant`
 import common  # noqa: E402
 
-TIMED = ("indexer", "score", "scored")
+TIMED = {dsa: ("indexer", "score", "scored"), mla: ("attend", "mla")}
 
 
-def load_variant(path: str, tag: str):
-    return common.load_variant(path, f"dsa_{tag}", dsa)
+def load_variant(path: str, tag: str, host=dsa):
+    return common.load_variant(path, f"{host.__name__.rsplit('.', 1)[1]}_{tag}", host)
 
 
-def sweep_one(mod, tag: str, bench: bench_dsa.DSABench, st, check: bool) -> dict:
-    """{"tag", "near_ties"} and, on a GPU, each timed group's µs."""
-    (ours,) = load_emitters(bench.device, (mod, bench.index, f"sweep_{tag}"))
-    saved = bench.kernels, dsa.launch
-    bench.kernels, dsa.launch = (ours, saved[0][1]), mod.launch
+def sweep_one(mod, tag: str, bench: bench_dsa.DSABench, st, check: bool, host=dsa) -> dict:
+    """{"tag", "near_ties"} and, on a GPU, each timed group's µs: the variant `mod` of the
+    emitter `host` (dsa: the indexer, mla: the attention) in the bench's place."""
+    part = 0 if host is dsa else 1
+    spec = (bench.index, bench.attn)[part]
+    (ours,) = load_emitters(bench.device, (mod, spec, f"sweep_{tag}"))
+    saved = bench.kernels, host.launch, st.work
+    kernels = list(bench.kernels)
+    kernels[part] = ours
+    bench.kernels, host.launch = tuple(kernels), mod.launch
+    if part and mod.MAX_SPLITS != mla.MAX_SPLITS:  # the variant's partials
+        st.work = mod.scratch(spec, st.batch, bench.dtype, bench.device, mod.MAX_SPLITS)
     try:
         with torch.no_grad():
             bench._launch(st, bench.kernels, 0)
             ties = bench._check(f"variant {tag}", st)[1] if check else None
             res = {"tag": tag, "near_ties": ties}
             if bench.device.type == "cuda":
-                res |= {g: bench._time(st, bench_dsa.GROUPS[g]) * 1e6 for g in TIMED}
+                res |= {g: bench._time(st, bench_dsa.GROUPS[g]) * 1e6 for g in TIMED[host]}
     finally:
-        bench.kernels, dsa.launch = saved
+        bench.kernels, host.launch, st.work = saved
     return res
 
 
@@ -61,17 +70,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--no-check", action="store_true",
                     help="time variants without checking them (diagnostics)")
+    ap.add_argument("--mla", action="store_true", help="variants of the MLA attention")
     args = ap.parse_args(argv)
+    host = mla if args.mla else dsa
     gpu, dev, dtype = common.device()
     bench = bench_dsa.DSABench(hyperloom.build("llama", "tiny"), dev, dtype,
                                2e-2 if gpu else 1e-4, measure_limits(dev))
     st = bench.scenario(args.batch, args.ctx or (131072 if gpu else 100))[0]
-    mods = [load_variant(p, f"v{i}") for i, p in enumerate(args.variants)]
+    mods = [load_variant(p, f"v{i}", host) for i, p in enumerate(args.variants)]
     results = []
     for _ in range(args.rounds or (2 if gpu else 1)):
         for i, (path, mod) in enumerate(zip(args.variants, mods)):
-            r = sweep_one(mod, f"v{i}", bench, st, not args.no_check) | {"variant": path}
-            times = ", ".join(f"{g} {r[g]:.1f}" for g in TIMED if g in r)
+            r = sweep_one(mod, f"v{i}", bench, st, not args.no_check, host) | {"variant": path}
+            times = ", ".join(f"{g} {r[g]:.1f}" for g in TIMED[host] if g in r)
             print(f"[v{i}] {path}: near ties {r['near_ties']}{' | ' + times if times else ''}",
                   flush=True)
             results.append(r)

@@ -432,6 +432,12 @@ def test_pool_keys_are_computed_once() -> None:
 
 def test_mla_rows_without_tokens_and_splits() -> None:
     """Random selections of a wide index (1 and 3 splits), a row with no token, padding."""
+    mla_splits_match_reference(mla_emitter)
+
+
+def mla_splits_match_reference(emitter) -> None:
+    """The MLA kernels of `emitter` (mla's API: source, kernel_names, scratch, launch) at 1 and
+    3 splits of a 70-wide index against the fp64 reference (also run on the sweeps' variants)."""
     spec = MLASpec(5, 24, 16, 48, 24 ** -0.5, 70)
     gen = torch.Generator().manual_seed(6)
     slot, pos = torch.tensor([2, 0, 1, -1]), torch.tensor([100, 3, 69, 0])
@@ -450,13 +456,13 @@ def test_mla_rows_without_tokens_and_splits() -> None:
     want = attn_sem.mla_attention(Ctx(F64, store, segments(slot[:3], pos[:3])), at,
                                   q[:3].double(), c[:3].double(), wkvb.double(), slot[:3],
                                   pos[:3], index[:3])
-    src = mla_emitter.source("mla", spec)
-    kernels = tuple(load(src, n, "cpu") for n in mla_emitter.kernel_names("mla"))
+    src = emitter.source("mla", spec)
+    kernels = tuple(load(src, n, "cpu", "mla") for n in emitter.kernel_names("mla"))
     for max_splits in (1, 3):
         latent, out = latent0.clone(), torch.full((4, 80), float("nan"))
-        work = mla_emitter.scratch(spec, 4, torch.float32, "cpu", max_splits)
-        mla_emitter.launch(kernels, spec, q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index,
-                           latent=latent, out=out, work=work, rows=4, max_splits=max_splits)
+        work = emitter.scratch(spec, 4, torch.float32, "cpu", max_splits)
+        emitter.launch(kernels, spec, q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index,
+                       latent=latent, out=out, work=work, rows=4, max_splits=max_splits)
         assert_close(out[:3], want, torch.float32, f"{max_splits} splits")
         assert (out[2:] == 0).all(), "a row with no token or padding attends to nothing"
         assert_close(latent, store["m.latent"], torch.float32, "latents written")
