@@ -40,8 +40,8 @@ def load_variant(path: str, tag: str):
         launch = functools.partial(kda_conv.launch, serial_rows=1 << 62)
     elif path.startswith("tile:"):
         bt, bc, warps = (int(n) for n in path[5:].split("x"))
-        tiles = ((1 << 62, kda_conv.Tile(bt, bc, warps)),)
-        launch = functools.partial(kda_conv.launch, tiles=tiles, serial_rows=0)
+        launch = functools.partial(kda_conv.launch, tile=kda_conv.Tile(bt, bc, warps),
+                                   serial_rows=0)
     else:
         return common.load_variant(path, f"conv_{tag}", kda_conv)
     return SimpleNamespace(source=kda_conv.source, kernel_names=kda_conv.kernel_names,

@@ -13,7 +13,7 @@ import torch
 from hyperloom.bench.kda import conv_reference
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.kda import KDASpec, launch, source
-from hyperloom.codegen.emitters.kda_conv import CONV_TILES, SERIAL_ROWS, ConvSpec, Tile, \
+from hyperloom.codegen.emitters.kda_conv import CONV_TILE, SERIAL_ROWS, ConvSpec, Tile, \
     kernel_names
 from hyperloom.codegen.emitters.kda_conv import launch as conv_launch
 from hyperloom.codegen.emitters.kda_conv import source as conv_source
@@ -149,7 +149,7 @@ class ConvStep:
         self.out = [torch.full((t, c), float("nan"), dtype=dtype, device=device)
                     for _ in range(3)]
 
-    def run(self, window: torch.Tensor, rows: slice | None = None, tiles: tuple = CONV_TILES,
+    def run(self, window: torch.Tensor, rows: slice | None = None, tile: Tile = CONV_TILE,
             serial_rows: int = SERIAL_ROWS) -> None:
         """The step's rows (a slice of them); the form by serial_rows: 0 tiled, 1 << 62 runs."""
         rows = rows or slice(0, self.q.shape[0])
@@ -160,7 +160,7 @@ class ConvStep:
         conv_launch(kernels, self.spec, q=self.q[rows], k=self.k[rows], v=self.v[rows],
                     wq=self.w[0], wk=self.w[1], wv=self.w[2], slot=slot, window=window,
                     oq=self.out[0][rows], ok=self.out[1][rows], ov=self.out[2][rows],
-                    rows=rows.stop - rows.start, seq_rows=seq_rows, tiles=tiles,
+                    rows=rows.stop - rows.start, seq_rows=seq_rows, tile=tile,
                     serial_rows=serial_rows)
 
     def reference(self, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
@@ -176,11 +176,11 @@ def test_kda_conv(channels: int, kernel: int, serial_rows: int) -> None:
     assert torch.equal(window[3], step.window[3]), "an idle slot's window changed"
 
 
-def _conv_matches_reference(step: ConvStep, tiles: tuple = CONV_TILES,
+def _conv_matches_reference(step: ConvStep, tile: Tile = CONV_TILE,
                             serial_rows: int = SERIAL_ROWS) -> torch.Tensor:
     """Runs the step on a copy of its windows against the fp64 reference; the copy."""
     window = step.window.clone()
-    step.run(window, tiles=tiles, serial_rows=serial_rows)
+    step.run(window, tile=tile, serial_rows=serial_rows)
     out, want = step.reference(torch.float64)
     live = step.slot >= 0
     for name, got, ref in zip("qkv", step.out, out):
@@ -206,9 +206,9 @@ def test_kda_conv_rows_over_several_programs(layout: str, kernel: int, form: str
     slot = CONV_LAYOUTS[layout]
     if layout == "short":  # each sequence once
         slot = slot[:8]
-    tiles = ((1 << 62, Tile(8 if form == "tile8" else 32, 16, 4)),)
+    tile = Tile(8 if form == "tile8" else 32, 16, 4)
     _conv_matches_reference(ConvStep(ConvSpec(16, kernel), slot, "cpu", torch.float32,
-                                     seed=len(slot)), tiles, 1 << 62 if form == "runs" else 0)
+                                     seed=len(slot)), tile, 1 << 62 if form == "runs" else 0)
 
 
 @pytest.mark.parametrize("serial_rows", [0, SERIAL_ROWS])

@@ -40,10 +40,10 @@ class Tile:
     warps: int
 
 
-# (most step rows, tile) by step size, smallest first. On the H200 at GLM-5.3's width (CUDA
-# graphs of launches): prefill 2048 rows 328 us on [32, 128] x 4 warps, 396 on [8, 128] and
-# [16, 128], 626 on [8, 64], 791 on [16, 128] x 8 warps (BENCHMARKS)
-CONV_TILES = ((1 << 62, Tile(32, 128, 4)),)
+# the tiled form's tile. On the H200 at GLM-5.3's width (CUDA graphs of launches): prefill 2048
+# rows 328 us on [32, 128] x 4 warps, 396 on [8, 128] and [16, 128], 626 on [8, 64], 791 on
+# [16, 128] x 8 warps (BENCHMARKS)
+CONV_TILE = Tile(32, 128, 4)
 # at most this many rows a sequence: the _runs form. H200, GLM-5.3's width, us: decode b1 1.66
 # vs 4.0 tiled, b16 4.15 vs 11.6, verify 4 x 4 rows 4.79 vs 6.46; prefill 256 rows 117 vs 41
 SERIAL_ROWS = 16
@@ -63,10 +63,9 @@ class ConvSpec:
     channels: int  # C: channels of each of q, k, v
     kernel: int  # taps; the window keeps kernel - 1 inputs per channel
 
-    def tile(self, rows: int, tiles: tuple = CONV_TILES) -> tuple[int, int, int, int]:
-        """(BT, BR, BC, warps) of a step of `rows` rows: its row tile, the rows a program owns,
+    def tile(self, t: Tile = CONV_TILE) -> tuple[int, int, int, int]:
+        """(BT, BR, BC, warps) of the tiled form on `t`: its row tile, the rows a program owns,
         its channels and warps."""
-        t = next(t for most, t in tiles if rows <= most)
         bt = max(t.rows, next_power_of_2(2 * self.kernel))
         return bt, bt - max(self.kernel - 2, 0), _conv_block(self.channels, t.channels), t.warps
 
@@ -158,7 +157,7 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
 
 
 def source(name: str, spec: ConvSpec, header: str = "") -> str:
-    bt, br, bc, _ = spec.tile(1 << 62)
+    bt, br, bc, _ = spec.tile()
     reads, writes = _new_window(spec.kernel - 1)
     return f'''{comment(header)}import triton
 import triton.language as tl
@@ -209,11 +208,11 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
 def launch(kernels, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
            wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, slot: torch.Tensor,
            window: torch.Tensor, oq: torch.Tensor, ok: torch.Tensor, ov: torch.Tensor,
-           rows: int, seq_rows: int, tiles: tuple = CONV_TILES,
+           rows: int, seq_rows: int, tile: Tile = CONV_TILE,
            serial_rows: int = SERIAL_ROWS) -> None:
     """The first `rows` rows (at most seq_rows of one sequence) with `kernels` (kernel_names'
-    order): walked run by run up to serial_rows a sequence, else tiled by `tiles`; window fp32
-    [slots, 3C, kernel - 1], updated in place."""
+    order): walked run by run up to serial_rows a sequence, else on `tile`; window fp32 [slots,
+    3C, kernel - 1], updated in place."""
     c, kn = spec.channels, spec.kernel
     if tuple(window.shape[1:]) != (3 * c, kn - 1) or window.dtype != torch.float32 \
             or not window.is_contiguous():
@@ -230,7 +229,7 @@ def launch(kernels, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torc
     args = (q, k, v, wq, wk, wv, slot, window, oq, ok, ov, rows, q.stride(0), k.stride(0),
             v.stride(0), oq.stride(0), ok.stride(0), ov.stride(0), window.stride(0))
     tiled, runs = kernels
-    bt, br, bc, warps = spec.tile(rows, tiles)
+    bt, br, bc, warps = spec.tile(tile)
     if seq_rows <= serial_rows:
         runs[(rows, 3 * cdiv(c, bc))](*args, BC=bc, num_warps=4)
     else:
