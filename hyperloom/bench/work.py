@@ -7,6 +7,7 @@ from __future__ import annotations
 from hyperloom.ir.graph import Graph, Node
 from hyperloom.ir.ops import Op
 from hyperloom.models import Model
+from hyperloom.passes.rewrite import producers
 
 EMBED = "embed_tokens.weight"
 
@@ -15,25 +16,22 @@ def _nbytes(graph: Graph, skip: tuple[str, ...] = ()) -> int:
     return sum(p.type.nbytes() for p in graph.params if p.name not in skip)
 
 
-def _by_out(graph: Graph) -> dict[str, Node]:
-    return {o: n for n in graph.nodes for o in n.outs}
-
-
 def _state_bytes(graph: Graph, suffix: str, node: Node, **sizes: int) -> int:
     name = node.attrs.state + suffix
     return next(d for d in graph.states() if d.name == name).type.nbytes(**sizes)
 
 
-def _reach(graph: Graph, node: Node) -> int | None:
-    """The most tokens an MLA row attends to: its indexer's width (None: all it sees)."""
-    return _by_out(graph)[node.args[5]].attrs.width if len(node.args) > 5 else None
+def _reach(prod: dict[str, Node], node: Node) -> int | None:
+    """The most tokens an MLA row attends to: its indexer's width (None: all it sees); prod:
+    the graph's producers."""
+    return prod[node.args[5]].attrs.width if len(node.args) > 5 else None
 
 
 def _seen(reach: int | None, visible: int) -> int:
     return visible if reach is None else min(reach, visible)
 
 
-def _decode_state(graph: Graph, node: Node, ctx: int) -> int:
+def _decode_state(graph: Graph, prod: dict[str, Node], node: Node, ctx: int) -> int:
     """Bytes of state one sequence's decode row moves through `node`."""
     op = node.op
     if op is Op.ATTENTION:  # the cache of ctx tokens, read once
@@ -41,7 +39,7 @@ def _decode_state(graph: Graph, node: Node, ctx: int) -> int:
     if op in (Op.KDA, Op.KDA_CONV):  # read and rewritten
         return 2 * _state_bytes(graph, ".recurrent" if op is Op.KDA else ".conv", node)
     if op is Op.MLA_ATTENTION:  # the latent rows the row attends to
-        return _state_bytes(graph, ".latent", node, S=_seen(_reach(graph, node), ctx + 1))
+        return _state_bytes(graph, ".latent", node, S=_seen(_reach(prod, node), ctx + 1))
     if op is Op.DSA_INDEX:  # every complete pool's key read, the row's [key | gate] written
         pools = (ctx + 1) // node.attrs.kpool
         return (_state_bytes(graph, ".pooled", node, S=pools * node.attrs.kpool)
@@ -69,12 +67,12 @@ def decode_bytes(model: Model, ctx: int, batch: int = 1,
     moe = list(g.by_op(Op.MOE_EXPERTS))
     stacks = tuple(a[1:] for n in moe for a in n.args[3:6])
     weights = _nbytes(g, skip=(EMBED, *stacks)) + batch * emb.nbytes() // int(emb.shape[0])
-    by_out = _by_out(g)
+    prod = producers(g)
     if experts is None:
-        experts = [min(batch * by_out[n.args[2]].attrs.top_k, int(g.param(n.args[3][1:]).type
+        experts = [min(batch * prod[n.args[2]].attrs.top_k, int(g.param(n.args[3][1:]).type
                                                                    .shape[0])) for n in moe]
     weights += sum(k * _expert_bytes(g, n) for k, n in zip(experts, moe, strict=True))
-    state = sum(_decode_state(g, n, ctx) for n in g.nodes if n.state)
+    state = sum(_decode_state(g, prod, n, ctx) for n in g.nodes if n.state)
     return float(weights + batch * state)
 
 
@@ -83,11 +81,11 @@ def _matmul_flops(graph: Graph, node: Node, n: int) -> int:
     return 2 * n * int(w[0]) * int(w[1])
 
 
-def _mla_flops(graph: Graph, node: Node, n: int) -> int:
+def _mla_flops(prod: dict[str, Node], node: Node, n: int) -> int:
     """The cheaper of attending through kv_b_proj's keys and values, or in the latent space
     (q and the output folded through kv_b_proj); both project every row once."""
     at = node.attrs
-    reach = _reach(graph, node)
+    reach = _reach(prod, node)
     seen = sum(_seen(reach, i + 1) for i in range(n))
     project = 2 * n * at.kv_lora_rank * at.heads * (at.qk_head_dim + at.v_head_dim)
     expanded = 2 * at.heads * (at.qk_head_dim + at.v_head_dim) * seen
@@ -95,14 +93,14 @@ def _mla_flops(graph: Graph, node: Node, n: int) -> int:
     return project + min(expanded, absorbed)
 
 
-def _op_flops(graph: Graph, node: Node, n: int) -> int:
+def _op_flops(graph: Graph, prod: dict[str, Node], node: Node, n: int) -> int:
     op, at = node.op, node.attrs
     if op in (Op.LINEAR, Op.LM_HEAD, Op.MOE_ROUTER):
         return _matmul_flops(graph, node, n)
     if op is Op.ATTENTION:  # causal: QK^T and PV over half the square
         return n * n * at.heads * at.head_dim * 2
     if op is Op.MOE_EXPERTS:  # top_k experts a row: gate, up and down
-        top_k = _by_out(graph)[node.args[2]].attrs.top_k
+        top_k = prod[node.args[2]].attrs.top_k
         return 2 * n * top_k * _expert_numel(graph, node)
     if op is Op.KDA:  # the recurrence's three products a token: S^T k, k delta^T, S^T q
         return 6 * n * at.heads * at.head_dim * at.head_dim
@@ -110,14 +108,16 @@ def _op_flops(graph: Graph, node: Node, n: int) -> int:
         pools = sum((i + 1) // at.kpool for i in range(n))
         return 2 * at.heads * at.head_dim * pools
     if op is Op.MLA_ATTENTION:
-        return _mla_flops(graph, node, n)
+        return _mla_flops(prod, node, n)
     return 0
 
 
 def prefill_flops(model: Model, n: int) -> float:
     """A prompt of n tokens from position 0: GEMMs 2 n N K (a routed MoE's top_k experts a
     row), causal and sparse attention over the tokens each row sees, the KDA recurrence."""
-    return float(sum(_op_flops(model.main, node, n) for node in model.main.nodes))
+    g = model.main
+    prod = producers(g)
+    return float(sum(_op_flops(g, prod, node, n) for node in g.nodes))
 
 
 def site_bytes(graph: Graph, rows: int) -> float:
