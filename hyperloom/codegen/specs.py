@@ -116,7 +116,8 @@ def mla_spec(node: Node, types: dict) -> mla.MLASpec:
     if len(node.args) < 6:
         raise CodegenError(f"mla_attention without a DSA index has no kernel yet: {node.outs[0]}")
     return mla.MLASpec(at.heads, at.qk_head_dim, at.v_head_dim, at.kv_lora_rank, at.scale,
-                       int(types[node.args[5]].shape[1]), block_size=CONFIG.kv_block_size)
+                       int(types[node.args[5]].shape[1]), block_size=CONFIG.kv_block_size,
+                       head=at.index_topk)
 
 
 def moe_router_spec(node: Node, types: dict) -> moe_router.RouterSpec:

@@ -102,6 +102,9 @@ class MLAAttrs:
     kv_lora_rank: int
     scale: float
     state: str
+    # the index's columns before the DSA tail (its topk): a row's entries there are its chosen
+    # tokens first, then -1, so at most pos + 1 of them count; 0 promises no such layout
+    index_topk: int = 0
 
 
 @dataclass(frozen=True, slots=True)

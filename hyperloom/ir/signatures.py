@@ -123,6 +123,8 @@ def _mla(a: Types, at: ops.MLAAttrs) -> tuple[TensorType, ...]:
     if len(a) == 6:
         _int(a[5], "index")
         _need(a[5].rank == 2 and a[5].shape[0] == t, f"index {a[5]} must be [T, width]")
+        _need(0 <= at.index_topk <= int(a[5].shape[1]),
+              f"index_topk {at.index_topk} outside the index's {a[5].shape[1]} columns")
     return (q.with_shape(t, at.heads * at.v_head_dim),)
 
 

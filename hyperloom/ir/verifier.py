@@ -89,6 +89,19 @@ def _check_interface(graph: Graph) -> None:
         raise IRError(f"graph {graph.name}: input {bad[0]} must start with %")
 
 
+def _check_index_layout(node: Node, topks: dict[str, int]) -> None:
+    """An MLA that walks its index by the DSA layout (index_topk) reads a DSA selection of that
+    topk: a wrong one would skip chosen tokens silently."""
+    if node.op is ops.Op.DSA_INDEX:
+        topks[node.outs[0]] = node.attrs.topk
+    elif node.op is ops.Op.MLA_ATTENTION and node.attrs.index_topk:
+        got = topks.get(node.args[5]) if len(node.args) > 5 else None
+        if got != node.attrs.index_topk:
+            raise IRError(f"index_topk={node.attrs.index_topk}, but the index "
+                          f"{node.args[5] if len(node.args) > 5 else '(none)'} is "
+                          f"{'not a dsa_index selection' if got is None else f'topk {got}'}")
+
+
 def verify(graph: Graph) -> Graph:
     """Raise IRError if `graph` is malformed; return it unchanged otherwise."""
     _check_interface(graph)
@@ -101,9 +114,11 @@ def verify(graph: Graph) -> Graph:
         _check_derived(graph, d, types)
         types["@" + d.name] = d.type
     states: set[str] = set()
+    topks: dict[str, int] = {}  # DSA selections -> their topk
     for i, node in enumerate(graph.nodes):
         try:
             _check_node(node, types, states)
+            _check_index_layout(node, topks)
         except IRError as e:
             where = f"graph {graph.name}, node {node.outs[0]}"
             raise IRError(f"{where}: {e}\n{context(graph, i)}") from None

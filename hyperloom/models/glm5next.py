@@ -84,7 +84,7 @@ def validate(c: GlmConfig) -> None:
 
 def _mla(c: GlmConfig, state: str) -> ops.MLAAttrs:
     return ops.MLAAttrs(c.num_attention_heads, c.qk_nope_head_dim, c.v_head_dim, c.kv_lora_rank,
-                        c.qk_nope_head_dim ** -0.5, state=state)
+                        c.qk_nope_head_dim ** -0.5, state=state, index_topk=c.index_topk)
 
 
 def _index(c: GlmConfig, state: str) -> ops.DSAIndexAttrs:

@@ -199,7 +199,7 @@ class Harness:
 def specs(topk: int = 8, kpool: int = 4, block_size: int = 0, heads: int = 4,
           tail: bool = True) -> tuple[DSASpec, MLASpec]:
     d = DSASpec(heads, 16, topk, kpool, tail, block_size)
-    return d, MLASpec(4, 16, 16, 32, 0.25, d.width, block_size)
+    return d, MLASpec(4, 16, 16, 32, 0.25, d.width, block_size, head=topk)
 
 
 def chunks(h: Harness, slot: int, start: int, sizes: list[int], **kw) -> None:
@@ -468,10 +468,49 @@ def mla_splits_match_reference(emitter) -> None:
         assert_close(latent, store["m.latent"], torch.float32, "latents written")
 
 
+@pytest.mark.parametrize("max_splits", [1, 3])
+def test_mla_walks_only_the_dsa_layout_columns(max_splits: int) -> None:
+    """With head = topk the kernel reads a row at position p in columns [0, min(p + 1, topk))
+    and [topk, W) only: tokens planted in the columns between (which the DSA layout keeps -1)
+    are skipped, and attended to when no layout is promised (head 0)."""
+    width, topk = 70, 64
+    gen = torch.Generator().manual_seed(11)
+    slot, pos = torch.tensor([0, 1]), torch.tensor([13, 100])
+    q, c = torch.randn(2, 2 * 16, generator=gen), torch.randn(2, 32, generator=gen)
+    wkvb = torch.randn(2 * 32, 32, generator=gen) * 32 ** -0.5
+    latent0 = torch.randn(2, 128, 32, generator=gen)
+    index = torch.full((2, width), -1, dtype=torch.int32)
+    index[0, :8] = torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])  # pools 0 and 2, then the tail
+    index[0, topk: topk + 2] = torch.tensor([12, 13])
+    index[0, 30:33] = torch.tensor([4, 5, 7])  # planted past p + 1 = 14: outside the layout
+    index[1] = torch.randperm(101, generator=gen)[:width].int()  # a sparse row: every column
+    kernels = {}
+    for head in (0, topk):
+        spec = MLASpec(2, 16, 16, 32, 0.25, width, head=head)
+        src = mla_emitter.source("mla", spec)
+        ks = tuple(load(src, n, "cpu", "mla") for n in mla_emitter.kernel_names("mla"))
+        out = torch.full((2, 32), float("nan"))
+        mla_emitter.launch(ks, spec, q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index,
+                           latent=latent0.clone(), out=out, rows=2, max_splits=max_splits,
+                           work=mla_emitter.scratch(spec, 2, torch.float32, "cpu", max_splits))
+        kernels[head] = out
+    store = StateStore((StateDecl("m.latent", StateKind.TOKEN, TensorType.make("f64", "S", 32)),),
+                       2, 128, "cpu", F64)
+    store["m.latent"].copy_(latent0)
+    at = ops.MLAAttrs(2, 16, 16, 32, 0.25, "m")
+    for head, kept in ((0, index), (topk, index.clone())):
+        kept[0, 30:33] = -1 if head else kept[0, 30:33]
+        store["m.latent"].copy_(latent0)
+        want = attn_sem.mla_attention(Ctx(F64, store, segments(slot, pos)), at, q.double(),
+                                      c.double(), wkvb.double(), slot, pos, kept)
+        assert_close(kernels[head], want, torch.float32, f"head {head}")
+    assert (kernels[0][0] - kernels[topk][0]).abs().max() > 1e-3, "the planted tokens count"
+
+
 # -- GPU ------------------------------------------------------------------------------------
 def glm_specs(block_size: int = 0) -> tuple[DSASpec, MLASpec]:
     d = DSASpec(32, 128, 2048, 4, True, block_size)
-    return d, MLASpec(64, 256, 256, 512, 256 ** -0.5, d.width, block_size)
+    return d, MLASpec(64, 256, 256, 512, 256 ** -0.5, d.width, block_size, head=d.topk)
 
 
 @pytest.mark.gpu

@@ -225,3 +225,13 @@ def test_duplicate_output_label(g: Graph) -> None:
 def test_duplicate_input_name(g: Graph) -> None:
     with pytest.raises(IRError, match="%ids"):
         verify(dataclasses.replace(g, inputs=g.inputs + (g.inputs[0],)))
+
+
+@pytest.mark.parametrize("topk", [4, 10])
+def test_mla_index_topk_names_its_selection(g: Graph, topk: int) -> None:
+    """An MLA that walks its index by the DSA layout must read a selection of that topk (the
+    tiny model's is 8): any other would skip chosen tokens."""
+    i = find(g, Op.MLA_ATTENTION)
+    msg = rejected(with_attrs(g, i, index_topk=topk), i)
+    assert f"index_topk={topk}, but the index {g.nodes[i].args[5]} is topk 8" in msg
+    assert verify(with_attrs(g, i, index_topk=0)), "no layout promised: any index"

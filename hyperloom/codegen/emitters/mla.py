@@ -12,7 +12,11 @@ at (slot, pos) (padding rows, slot < 0, and positions past the capacity write no
 entries (its selected token ids, -1 = none; the index width is fixed, so the cost tracks
 index_topk, not the context) and runs an online softmax over their latents for BH heads,
 storing fp32 partials (acc [BH, R], max, sum). `splits` spreads a decode step's few rows over
-the GPU; a wide step takes one. Fixed per row count, so a captured launch stays valid.
+the GPU; a wide step takes one. Fixed per row count, so a captured launch stays valid. With the
+DSA layout (spec.head = topk: chosen tokens first, -1 up to column topk, then the tail), a row
+at position p has at most e = min(p + 1, topk) chosen columns, so its splits share the columns
+[0, e) and [topk, W) only: a prefill's rows and a short context's skip the -1 blocks (a
+2048-token prefill walks half the blocks; a decode row at 1024 tokens half the chunk a split).
 
 {name}_out, grid (cdiv(rows, BM), H, cdiv(dv, BV)): merges a head's partials into o_lat [BM, R]
 (rescaled to a common max, divided by the sum; a row that sees no token gets zeros, as the
@@ -51,6 +55,7 @@ class MLASpec:
     scale: float
     width: int  # index entries per row
     block_size: int = 0  # tokens per block of a paged latent cache; 0: contiguous per slot
+    head: int = 0  # index columns before the DSA tail (MLAAttrs.index_topk); 0: no layout known
 
     @property
     def head_block(self) -> int:
@@ -129,14 +134,14 @@ def _attend_source(name: str, spec: MLASpec) -> str:
     up, bs = _up(), spec.block_size
     table, page = paging.params(bs)
     at = paging.row(bs, "lat", "s", "t", "ok")
-    head, tail = runtime_loop("j0", "lo", "hi", "BN", " " * 8)
+    head, tail = runtime_loop("v0", "lo", "hi", "BN", " " * 8)
     return f'''
 @triton.jit
 def {name}(qa_ptr, idx_ptr, slot_ptr, pos_ptr, lat_ptr, acc_ptr, ml_ptr, rows, sidx, lat_s0,
-        lat_s1,{table} CHUNK: tl.constexpr, H: tl.constexpr = {spec.heads},
+        lat_s1,{table} H: tl.constexpr = {spec.heads},
         R: tl.constexpr = {spec.rank}, RP: tl.constexpr = {_p2(spec.rank)},
-        W: tl.constexpr = {spec.width}, BH: tl.constexpr = {spec.head_block},
-        BN: tl.constexpr = {BN},
+        W: tl.constexpr = {spec.width}, HEAD: tl.constexpr = {spec.head},
+        BH: tl.constexpr = {spec.head_block}, BN: tl.constexpr = {BN},
         QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
 {pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * BH + tl.arange(0, BH)
@@ -153,11 +158,19 @@ def {name}(qa_ptr, idx_ptr, slot_ptr, pos_ptr, lat_ptr, acc_ptr, ml_ptr, rows, s
     l_i = tl.zeros((BH,), tl.float32)
     acc = tl.zeros((BH, RP), tl.float32)
     n = tl.arange(0, BN)
-    lo = sp * CHUNK
-    hi = tl.minimum(lo + CHUNK, W)
+    ce = (p * 0 + W).to(tl.int32)  # the row's live columns, [0, ce) then [HEAD, W): [0, live)
+    live = ce
+    if HEAD > 0:
+        ce = tl.minimum(p + 1, HEAD).to(tl.int32)
+        live = ce + (W - HEAD)
+    splits = tl.num_programs(2)
+    per = ((live + splits - 1) // splits + BN - 1) // BN * BN  # whole BN blocks a split
+    lo = sp * per
+    hi = tl.minimum(lo + per, live)
     if s >= 0:
-{head}            j = j0 + n
-            t = tl.load(idx_ptr + r * sidx + j, mask=j < hi, other=-1).to(tl.int64)
+{head}            v = v0 + n
+            j = tl.where(v < ce, v, v + (HEAD - ce))  # the index column of live column v
+            t = tl.load(idx_ptr + r * sidx + j, mask=v < hi, other=-1).to(tl.int64)
             ok = (t >= 0) & (t <= p)
             lat = tl.load(lat_ptr + ({at})[:, None] + c[None, :],
                           mask=ok[:, None] & cm[None, :], other=0.0)
@@ -231,11 +244,6 @@ def splits(spec: MLASpec, rows: int, max_splits: int = MAX_SPLITS) -> int:
     return max(1, min(want, max_splits, cdiv(spec.width, BN)))
 
 
-def chunk(spec: MLASpec, n: int) -> int:
-    """Index entries per split at n splits (whole BN blocks)."""
-    return cdiv(cdiv(spec.width, n), BN) * BN
-
-
 def scratch(spec: MLASpec, max_rows: int, dtype: torch.dtype, device,
             max_splits: int = MAX_SPLITS) -> tuple[torch.Tensor, ...]:
     """(qa [max_rows, H, R] in `dtype` (the latent cache's), fp32 partials acc [n, H, R] and
@@ -291,6 +299,6 @@ def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: to
         capacity, *table, BM=bm, num_warps=warps)
     attend[(rows, spec.head_blocks, n)](qa, index, slot, pos, latent, acc, ml, rows,
                                         index.stride(0), *lat_strides, *table,
-                                        CHUNK=chunk(spec, n), num_warps=ATTEND_WARPS)
+                                        num_warps=ATTEND_WARPS)
     merge[(cdiv(rows, bm), h, cdiv(spec.v_head_dim, _bv(spec)))](
         acc, ml, wkvb, out, rows, out.stride(0), SPLITS=n, BM=bm, num_warps=warps)
