@@ -117,7 +117,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
     engine = set(wanted) & set(ENGINE_SCENARIOS)
     profile = (10 if gpu else 1) if args.profile else 0
     bench = (Bench(model, device, dtype, TOLERANCE[dtype], compile_modes=not args.no_compile,
-                   profile_steps=profile) if engine else None)
+                   profile_steps=profile, prefill_modes=_prefill_modes(args.prefill_modes))
+             if engine else None)
     kda = (KDABench(model, device, dtype, TOLERANCE[dtype], profile_steps=profile)
            if set(wanted) & set(KDA_SCENARIOS) else None)
     moe = (MoEBench(model, device, dtype, TOLERANCE[dtype], profile_steps=profile)
@@ -160,6 +161,19 @@ def _wanted_scenarios(text: str) -> list[str]:
         raise InputError(f"--scenarios: unknown {', '.join(unknown) or '(none given)'}; "
                          f"known: {', '.join(known)}")
     return wanted
+
+
+def _prefill_modes(text: str | None) -> tuple[str, ...]:
+    from hyperloom.bench.scenarios import PREFILL_MODES
+
+    if text is None:
+        return PREFILL_MODES
+    modes = tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = [x for x in modes if x not in PREFILL_MODES]
+    if unknown or not modes:
+        raise InputError(f"--prefill-modes: unknown {', '.join(unknown) or '(none given)'}; "
+                         f"known: {', '.join(PREFILL_MODES)}")
+    return modes
 
 
 def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,
@@ -354,6 +368,8 @@ def parser() -> argparse.ArgumentParser:
     bn.add_argument("--json", help="write the JSON record here")
     bn.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")
     bn.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    bn.add_argument("--prefill-modes", help="prefill: torch.compile's modes (default "
+                    "default,max-autotune-no-cudagraphs)")
     bn.add_argument("--no-compile-time", action="store_true",
                     help="skip timing our compile in fresh processes (cold and warm cache)")
     bn.add_argument("--profile", action="store_true",

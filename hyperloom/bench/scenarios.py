@@ -63,6 +63,7 @@ CHOICES = (Op.MOE_ROUTER, Op.DSA_INDEX)  # the ops that choose
 # from the baseline, 105 rows over 2e-2, the worst 6.6e-2 (llama's checks stay at tol: its
 # engine and baseline agree within it).
 PAIR = 2
+PREFILL_MODES = ("default", "max-autotune-no-cudagraphs")  # torch.compile's, for a prefill
 EXPERT_SPREAD = 0.02  # the bench's routed experts: one shared draw plus 2% of their own
 
 
@@ -127,12 +128,14 @@ def _timed(fn, *args) -> tuple[float, object]:
 
 class Bench:
     def __init__(self, model: Model, device: torch.device, dtype: torch.dtype, tol: float,
-                 seed: int = 0, compile_modes: bool = True, profile_steps: int = 0):
+                 seed: int = 0, compile_modes: bool = True, profile_steps: int = 0,
+                 prefill_modes: tuple[str, ...] = PREFILL_MODES):
         self.model, self.device, self.dtype, self.tol = model, device, dtype, tol
         # drawn where they run: a real-width model skips the host draw and copy
         self.weights = random_weights(model, seed, device, expert_spread=EXPERT_SPREAD)
         self.gen = torch.Generator().manual_seed(seed)
         self.compile_modes = compile_modes
+        self.prefill_modes = prefill_modes  # max-autotune takes minutes at GLM-5.3's width
         self.profile_steps = profile_steps  # 0: no profile
         chooses = any(next(model.main.by_op(op), None) for op in CHOICES)
         self.tie_rel = PAIR * TIE_REL[dtype] if chooses else None  # see TIE_ROWS
@@ -204,7 +207,7 @@ class Bench:
         self._profile(r, step)
         r.baselines_s["eager"] = median_seconds(lambda: base(ids_d, pos_d), self.device, reps=10)
         if self.compile_modes:
-            for mode in ("default", "max-autotune-no-cudagraphs"):
+            for mode in self.prefill_modes:
                 cm = torch.compile(base, mode=mode)
                 r.compile_s[f"torch.compile {mode}"], _ = _timed(cm, ids_d, pos_d)
                 r.baselines_s[mode] = median_seconds(lambda: cm(ids_d, pos_d), self.device,

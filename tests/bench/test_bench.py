@@ -305,6 +305,19 @@ def test_torch_compile_baseline_runs():
     assert r.compile_s["torch.compile"] > 0
 
 
+def test_prefill_takes_the_chosen_compile_modes():
+    spec = hyperloom.build("llama", "tiny", dtype=torch.float32)
+    bench = Bench(spec, torch.device("cpu"), torch.float32, 1e-4, prefill_modes=("default",))
+    r = bench.prefill(6)
+    assert set(r.baselines_s) == {"eager", "default"}
+    assert set(r.compile_s) == {"torch.compile default"}
+
+
+def test_bench_names_an_unknown_prefill_mode(capsys):
+    assert main(["bench", "llama", "--config", "tiny", "--prefill-modes", "default,fast"]) == 2
+    assert "--prefill-modes: unknown fast; known: default, max-autotune" in capsys.readouterr().err
+
+
 def _meta() -> dict:
     return report.meta(torch.device("cpu"), Limits(1.0, 1.0), "llama --config tiny")
 
