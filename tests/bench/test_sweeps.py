@@ -115,25 +115,15 @@ def test_gemv_tilings_are_checked() -> None:
                                                                        (8, 3, 2, 32)]
 
 
-@pytest.mark.parametrize("name", ["vec_merge", "splits32", "splits64"])
-def test_queued_mla_variants_match_the_reference(name: str) -> None:
-    """The queued MLA variants (the merge over every split at once) at 1 and 3 splits, with a
-    row that sees no token and a padding row; the same with the merge's split weights dropped
-    fails."""
-    from tests.codegen.test_dsa import mla_splits_match_reference
-    module = _sweep("dsa_indexer")
-    mla_splits_match_reference(module.load_variant(str(SWEEPS / "queued" / "mla" / f"{name}.py"),
-                                                   name, module.mla))
-
-
 def test_a_wrong_mla_merge_is_caught(tmp_path) -> None:
+    """An MLA variant (bench/sweeps/dsa_indexer.py --mla) whose merge drops the splits'
+    weights passes at one split and fails at three."""
     from tests.codegen.test_dsa import mla_splits_match_reference
     module = _sweep("dsa_indexer")
     path = tmp_path / "wrong.py"
     path.write_text("from variant import make\nfrom hyperloom.codegen.emitters import mla\n"
-                    "from queued.mla.vec_merge import merge_patch\n"
-                    "globals().update(make(text=[merge_patch(16, 32), ('tl.sum(f[:, :, None] "
-                    "* a, axis=1)', 'tl.sum(a, axis=1)')], host=mla))\n")
+                    "globals().update(make(text=[('o += f[:, None] * tl.load', "
+                    "'o += tl.load')], host=mla))\n")
     with pytest.raises(AssertionError, match="3 splits"):
         mla_splits_match_reference(module.load_variant(str(path), "wrong", module.mla))
 
