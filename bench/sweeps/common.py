@@ -92,3 +92,19 @@ def graph_us(issue, launches: int, reps: int = 10) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / launches)
     return statistics.median(times)
+
+
+def sweep_rounds(paths: list[str], mods: list, cases: dict, one, key: str,
+                 rounds: int) -> list[dict]:
+    """one(variant module, tag, case name, case) for every variant on every case, `rounds` times in
+    alternation (drift hits every variant alike); a line printed each, and the results with
+    {"variant": its path, key: the case's name}."""
+    results = []
+    for _ in range(rounds):
+        for i, (path, mod) in enumerate(zip(paths, mods)):
+            for name, case in cases.items():
+                r = one(mod, f"v{i}", name, case) | {"variant": path, key: name}
+                us = f" {r['us']:.2f} us" if "us" in r else ""
+                print(f"[v{i}] {path} {key} {name}: err {r['err']:.2e}{us}", flush=True)
+                results.append(r)
+    return results

@@ -100,15 +100,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
              for i, (n, s) in enumerate(SHAPES.items())}
     wants = {n: c.want() for n, c in cases.items()}
     mods = [load_variant(p, f"v{i}") for i, p in enumerate(args.variants)]
-    results = []
-    for _ in range(args.rounds or (2 if gpu else 1)):
-        for i, (path, mod) in enumerate(zip(args.variants, mods)):
-            for n, case in cases.items():
-                r = sweep_one(mod, f"v{i}", case, wants[n]) | {"variant": path, "shape": n}
-                us = f" {r['us']:.2f} us" if "us" in r else ""
-                print(f"[v{i}] {path} {n}: err {r['err']:.2e}{us}", flush=True)
-                results.append(r)
-    return results
+    return common.sweep_rounds(args.variants, mods, cases,
+                               lambda mod, tag, n, c: sweep_one(mod, tag, c, wants[n]),
+                               "shape", args.rounds or (2 if gpu else 1))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The variant sweeps of bench/sweeps (the chunked KDA prefill, the routed experts and router,
-the KDA conv, the DSA indexer): on the CPU each checks every variant against its reference (a
-dry run before a device call), and a variant that computes something else shows its error."""
+the KDA conv, the DSA indexer, the MLA prefill): on the CPU each checks every variant against
+its reference (a dry run before a device call), and a variant that computes something else
+shows its error."""
 
 from __future__ import annotations
 
@@ -126,6 +127,21 @@ def test_a_wrong_mla_merge_is_caught(tmp_path) -> None:
                     "'o += tl.load')], host=mla))\n")
     with pytest.raises(AssertionError, match="3 splits"):
         mla_splits_match_reference(module.load_variant(str(path), "wrong", module.mla))
+
+
+def test_mla_prefill_variants_are_checked(tmp_path) -> None:
+    """bench/sweeps/mla_prefill.py on the CPU: the committed attention matches the reference
+    on a dense (12 tokens) and a sparse (40) prefill; one that stops a row's chosen columns a
+    token short does not."""
+    import torch
+    wrong = _variant(tmp_path, "wrong", 'host=mla, text=[("tl.minimum(p + 1, HEAD)", '
+                                        '"tl.minimum(p, HEAD)")]')
+    path = Path(wrong)
+    path.write_text("from hyperloom.codegen.emitters import mla\n" + path.read_text())
+    got = _sweep("mla_prefill").main(["committed", wrong])
+    err = {(r["variant"], r["tokens"]): r["err"] for r in got}
+    assert all(err["committed", n] < REL[torch.float32] for n in (12, 40)), err
+    assert all(err[wrong, n] > 1e-2 for n in (12, 40)), err
 
 
 def test_dsa_indexer_variants_are_checked(tmp_path) -> None:
