@@ -154,26 +154,25 @@ def _wanted_scenarios(text: str) -> list[str]:
     from hyperloom.bench.kda import SCENARIOS as KDA_SCENARIOS
     from hyperloom.bench.moe import SCENARIOS as MOE_SCENARIOS
 
-    wanted = [x.strip() for x in text.split(",") if x.strip()]
-    known = ENGINE_SCENARIOS + KDA_SCENARIOS + MOE_SCENARIOS + DSA_SCENARIOS
-    unknown = [x for x in wanted if x not in known]
-    if unknown or not wanted:
-        raise InputError(f"--scenarios: unknown {', '.join(unknown) or '(none given)'}; "
+    return _listed("--scenarios", text,
+                   ENGINE_SCENARIOS + KDA_SCENARIOS + MOE_SCENARIOS + DSA_SCENARIOS)
+
+
+def _listed(flag: str, text: str, known: tuple[str, ...]) -> list[str]:
+    """The comma-separated items of a flag's value, each one of `known`, at least one."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in items if x not in known]
+    if unknown or not items:
+        raise InputError(f"{flag}: unknown {', '.join(unknown) or '(none given)'}; "
                          f"known: {', '.join(known)}")
-    return wanted
+    return items
 
 
 def _prefill_modes(text: str | None) -> tuple[str, ...]:
     from hyperloom.bench.scenarios import PREFILL_MODES
 
-    if text is None:
-        return PREFILL_MODES
-    modes = tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = [x for x in modes if x not in PREFILL_MODES]
-    if unknown or not modes:
-        raise InputError(f"--prefill-modes: unknown {', '.join(unknown) or '(none given)'}; "
-                         f"known: {', '.join(PREFILL_MODES)}")
-    return modes
+    return PREFILL_MODES if text is None else tuple(_listed("--prefill-modes", text,
+                                                            PREFILL_MODES))
 
 
 def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,

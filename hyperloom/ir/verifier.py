@@ -95,11 +95,11 @@ def _check_index_layout(node: Node, topks: dict[str, int]) -> None:
     if node.op is ops.Op.DSA_INDEX:
         topks[node.outs[0]] = node.attrs.topk
     elif node.op is ops.Op.MLA_ATTENTION and node.attrs.index_topk:
-        got = topks.get(node.args[5]) if len(node.args) > 5 else None
+        index = node.args[5] if len(node.args) > 5 else "(none)"
+        got = topks.get(index)
         if got != node.attrs.index_topk:
-            raise IRError(f"index_topk={node.attrs.index_topk}, but the index "
-                          f"{node.args[5] if len(node.args) > 5 else '(none)'} is "
-                          f"{'not a dsa_index selection' if got is None else f'topk {got}'}")
+            what = "not a dsa_index selection" if got is None else f"topk {got}"
+            raise IRError(f"index_topk={node.attrs.index_topk}, but the index {index} is {what}")
 
 
 def verify(graph: Graph) -> Graph:

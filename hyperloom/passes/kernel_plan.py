@@ -34,6 +34,7 @@ GEMV_ROWS = 16  # the most rows a GEMM takes its GEMV tiling for
 HC_WIDE_ROWS = 512  # above this many rows hc_pre's finish is gates + apply (emitters.hc_pre)
 KDA_CHUNKED_ROWS = 32  # a step whose longest run has this many rows takes the chunked KDA form
 KDA_CHUNK_LAUNCHES = 6  # its kernels (emitters.kda_chunk.kernel_names)
+KDA_CONV_SERIAL_ROWS = 16  # up to this many rows a sequence the KDA conv walks each run
 
 
 def folds(rows: int) -> bool:
@@ -51,8 +52,8 @@ GRIDS = {
     "attention": "decode: split (R, kv_heads, S) | rope_kv (R,) ; attend",
     "kda": "(R, heads, d / BV) | chunked: (1,) ; (chunks, heads, C/16) ; (chunks, heads) ; "
            "(chunks, heads, d/BK) ; (d/BV, heads, runs)",
-    "kda_conv": "(R, 3 * cdiv(C, BC)) up to 16 rows a sequence | (cdiv(R, BR), 3 * cdiv(C, "
-                "BC))",
+    "kda_conv": f"(R, 3 * cdiv(C, BC)) up to {KDA_CONV_SERIAL_ROWS} rows a sequence | "
+                "(cdiv(R, BR), 3 * cdiv(C, BC))",
     "kda_gate": "(R, cdiv(W, BW))",
     "norm": "(R, width / group)",
     "moe_router": "(R/BM, E/BN, splits) ; (R,)",

@@ -435,6 +435,31 @@ def test_mla_rows_without_tokens_and_splits() -> None:
     mla_splits_match_reference(mla_emitter)
 
 
+def mla_reference(spec: MLASpec, latent0: torch.Tensor, q, c, wkvb, slot, pos,
+                  index) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fp64 reference MLA of the rows (no padding) over a cache that starts as latent0;
+    (out, the cache after)."""
+    decl = StateDecl("m.latent", StateKind.TOKEN, TensorType.make("f64", "S", spec.rank))
+    store = StateStore((decl,), latent0.shape[0], latent0.shape[1], "cpu", F64)
+    store["m.latent"].copy_(latent0)
+    at = ops.MLAAttrs(spec.heads, spec.qk_head_dim, spec.v_head_dim, spec.rank, spec.scale, "m")
+    out = attn_sem.mla_attention(Ctx(F64, store, segments(slot, pos)), at, q.double(),
+                                 c.double(), wkvb.double(), slot, pos, index)
+    return out, store["m.latent"]
+
+
+def run_mla(emitter, spec: MLASpec, latent: torch.Tensor, q, c, wkvb, slot, pos, index,
+            max_splits: int) -> torch.Tensor:
+    """The MLA kernels of `emitter` (mla's API) on the CPU, writing into `latent`; out."""
+    src = emitter.source("mla", spec)
+    kernels = tuple(load(src, n, "cpu", "mla") for n in emitter.kernel_names("mla"))
+    out = torch.full((q.shape[0], spec.heads * spec.v_head_dim), float("nan"))
+    emitter.launch(kernels, spec, q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index,
+                   latent=latent, out=out, rows=q.shape[0], max_splits=max_splits,
+                   work=emitter.scratch(spec, q.shape[0], torch.float32, "cpu", max_splits))
+    return out
+
+
 def mla_splits_match_reference(emitter) -> None:
     """The MLA kernels of `emitter` (mla's API: source, kernel_names, scratch, launch) at 1 and
     3 splits of a 70-wide index against the fp64 reference (also run on the sweeps' variants)."""
@@ -449,23 +474,13 @@ def mla_splits_match_reference(emitter) -> None:
         k = min(70, p + 1)
         index[r, torch.randperm(70, generator=gen)[:k]] = \
             torch.randperm(p + 1, generator=gen)[:k].int()
-    store = StateStore((StateDecl("m.latent", StateKind.TOKEN, TensorType.make("f64", "S", 48)),),
-                       3, 128, "cpu", F64)
-    store["m.latent"].copy_(latent0)
-    at = ops.MLAAttrs(5, 24, 16, 48, spec.scale, "m")
-    want = attn_sem.mla_attention(Ctx(F64, store, segments(slot[:3], pos[:3])), at,
-                                  q[:3].double(), c[:3].double(), wkvb.double(), slot[:3],
-                                  pos[:3], index[:3])
-    src = emitter.source("mla", spec)
-    kernels = tuple(load(src, n, "cpu", "mla") for n in emitter.kernel_names("mla"))
+    want, cache = mla_reference(spec, latent0, q[:3], c[:3], wkvb, slot[:3], pos[:3], index[:3])
     for max_splits in (1, 3):
-        latent, out = latent0.clone(), torch.full((4, 80), float("nan"))
-        work = emitter.scratch(spec, 4, torch.float32, "cpu", max_splits)
-        emitter.launch(kernels, spec, q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index,
-                       latent=latent, out=out, work=work, rows=4, max_splits=max_splits)
+        latent = latent0.clone()
+        out = run_mla(emitter, spec, latent, q, c, wkvb, slot, pos, index, max_splits)
         assert_close(out[:3], want, torch.float32, f"{max_splits} splits")
         assert (out[2:] == 0).all(), "a row with no token or padding attends to nothing"
-        assert_close(latent, store["m.latent"], torch.float32, "latents written")
+        assert_close(latent, cache, torch.float32, "latents written")
 
 
 @pytest.mark.parametrize("max_splits", [1, 3])
@@ -484,27 +499,16 @@ def test_mla_walks_only_the_dsa_layout_columns(max_splits: int) -> None:
     index[0, topk: topk + 2] = torch.tensor([12, 13])
     index[0, 30:33] = torch.tensor([4, 5, 7])  # planted past p + 1 = 14: outside the layout
     index[1] = torch.randperm(101, generator=gen)[:width].int()  # a sparse row: every column
-    kernels = {}
-    for head in (0, topk):
+    laid_out = index.clone()
+    laid_out[0, 30:33] = -1  # what the layout lets the kernel see
+    got = {}
+    for head, seen in ((0, index), (topk, laid_out)):
         spec = MLASpec(2, 16, 16, 32, 0.25, width, head=head)
-        src = mla_emitter.source("mla", spec)
-        ks = tuple(load(src, n, "cpu", "mla") for n in mla_emitter.kernel_names("mla"))
-        out = torch.full((2, 32), float("nan"))
-        mla_emitter.launch(ks, spec, q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index,
-                           latent=latent0.clone(), out=out, rows=2, max_splits=max_splits,
-                           work=mla_emitter.scratch(spec, 2, torch.float32, "cpu", max_splits))
-        kernels[head] = out
-    store = StateStore((StateDecl("m.latent", StateKind.TOKEN, TensorType.make("f64", "S", 32)),),
-                       2, 128, "cpu", F64)
-    store["m.latent"].copy_(latent0)
-    at = ops.MLAAttrs(2, 16, 16, 32, 0.25, "m")
-    for head, kept in ((0, index), (topk, index.clone())):
-        kept[0, 30:33] = -1 if head else kept[0, 30:33]
-        store["m.latent"].copy_(latent0)
-        want = attn_sem.mla_attention(Ctx(F64, store, segments(slot, pos)), at, q.double(),
-                                      c.double(), wkvb.double(), slot, pos, kept)
-        assert_close(kernels[head], want, torch.float32, f"head {head}")
-    assert (kernels[0][0] - kernels[topk][0]).abs().max() > 1e-3, "the planted tokens count"
+        got[head] = run_mla(mla_emitter, spec, latent0.clone(), q, c, wkvb, slot, pos, index,
+                            max_splits)
+        want, _ = mla_reference(spec, latent0, q, c, wkvb, slot, pos, seen)
+        assert_close(got[head], want, torch.float32, f"head {head}")
+    assert (got[0][0] - got[topk][0]).abs().max() > 1e-3, "the planted tokens count"
 
 
 # -- GPU ------------------------------------------------------------------------------------

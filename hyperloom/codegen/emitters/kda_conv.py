@@ -26,6 +26,7 @@ import torch
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl
+from hyperloom.passes.kernel_plan import KDA_CONV_SERIAL_ROWS
 
 CONV_BC = 128  # channels per conv program
 BIG = 1 << 30
@@ -46,7 +47,7 @@ class Tile:
 CONV_TILE = Tile(32, 128, 4)
 # at most this many rows a sequence: the _runs form. H200, GLM-5.3's width, us: decode b1 1.66
 # vs 4.0 tiled, b16 4.15 vs 11.6, verify 4 x 4 rows 4.79 vs 6.46; prefill 256 rows 117 vs 41
-SERIAL_ROWS = 16
+SERIAL_ROWS = KDA_CONV_SERIAL_ROWS
 
 
 def kernel_names(name: str) -> tuple[str, str]:
