@@ -1,8 +1,10 @@
 """Sweep variants of the sparse MLA attention (`hyperloom.codegen.emitters.mla`) over a prefill:
 one sequence's N prompt tokens in one step at GLM-5.3-Flash's sizes (64 heads, rank 512, qk and
 v 256, index_topk 2048 over pools of 4), its index in the DSA layout from the reference's
-selection on random pool scores (every earlier token while N <= topk). The GLM-5.3-Flash
-prefill of 2048 tokens spent 8.0 of 26.9 ms in this attention at 7c05218. Each variant's launch
+selection on random pool scores (every earlier token while N <= topk). The rows below topk take
+the dense form (the prompt is one run), the later ones the split form. The GLM-5.3-Flash
+prefill of 2048 tokens spent 8.0 of 26.9 ms in this attention at 7c05218, all of it in the
+split form (the dense form came after). Each variant's launch
 (latent write + absorbed query, attention, merge + value projection) is checked on sampled
 rows against the fp32 reference and, on a GPU, timed as a CUDA graph (the launch alone), in
 alternating rounds. A variant is "committed" or a file built with `variant.make(..., host=mla)`.
@@ -33,8 +35,8 @@ if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # variant files import `variant`
 import common  # noqa: E402
 
-GPU_SIZES = dict(heads=64, dk=256, dv=256, rank=512, topk=2048, pool=4)
-CPU_SIZES = dict(heads=4, dk=16, dv=16, rank=32, topk=16, pool=4)
+GPU_SIZES = dict(heads=64, dk=256, dv=256, rank=512, topk=2048, pool=4, dense_rows=None)
+CPU_SIZES = dict(heads=4, dk=16, dv=16, rank=32, topk=16, pool=4, dense_rows=2)
 SAMPLED = 24  # rows checked against the reference a step (the first, the last, spread between)
 LAUNCHES, REPS = 5, 5
 
@@ -59,6 +61,7 @@ class Case:
         self.latent = torch.zeros(1, tokens + 16, r, device=dev, dtype=dtype)
         self.out = torch.empty(tokens, h * dv, device=dev, dtype=dtype)
         self.rows, self.dev, self.dtype = tokens, dev, dtype
+        self.dense_rows = sizes["dense_rows"]  # None: the launch's default (mla.DENSE_ROWS)
 
     def want(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(sampled row ids, their fp32 reference outputs on this index)."""
@@ -78,7 +81,7 @@ class Case:
     def run(self, mod, kernels, work) -> None:
         mod.launch(kernels, self.spec, q=self.q, c=self.c, wkvb=self.wkvb, slot=self.slot,
                    pos=self.pos, index=self.index, latent=self.latent, out=self.out,
-                   work=work, rows=self.rows)
+                   work=work, rows=self.rows, seq_rows=self.rows, dense_rows=self.dense_rows)
 
 
 def sweep_one(mod, tag: str, case: Case, want) -> dict:

@@ -7,7 +7,8 @@ generated source and its launch, for the sweeps in this folder. A variant file h
 
 text: (old, new) pairs replaced in the module source (each must occur) or functions of (source,
 kernel-name prefix); consts: the host module's constants while a launch runs; opts / grids: {kernel
-index in kernel_names order: extra launch options / a function of the launch's grid}."""
+index in kernel_names order: extra launch options / a function of the launch's grid}; launch_kw:
+keyword arguments of the host's launch that the variant sets whatever its caller passes."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def _patched(source: str, name: str, text: list[Text]) -> str:
 
 
 def make(text: list[Text] = (), consts: dict | None = None, opts: dict | None = None,
-         grids: dict | None = None, host: ModuleType = kda_chunk) -> dict:
+         grids: dict | None = None, host: ModuleType = kda_chunk,
+         launch_kw: dict | None = None) -> dict:
     """The host module's public API (specs, scratch, kernel names, constants) with the variant's
     source and launch."""
     consts, opts, grids = consts or {}, opts or {}, grids or {}
@@ -61,7 +63,7 @@ def make(text: list[Text] = (), consts: dict | None = None, opts: dict | None = 
         for k, v in consts.items():
             setattr(host, k, v)
         try:
-            base_launch(kernels, *args, **kwargs)
+            base_launch(kernels, *args, **(kwargs | (launch_kw or {})))
         finally:
             for k, v in saved.items():
                 setattr(host, k, v)

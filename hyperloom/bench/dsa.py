@@ -50,12 +50,13 @@ MAX_COPIES = 64
 ROOM = 0.25  # of the free GPU memory, the most the cache copies take (the reference needs more)
 
 # the kernel groups timed, each in a graph of its own: which of the indexer's (pool, score, and
-# the selection's four) and the attention's (absorb, attend, merge) they launch. The segmented
+# the selection's four) and the attention's (absorb, attend, merge, and the dense form's, which
+# a decode step never launches) they launch. The segmented
 # select reads the histogram the score kernel counts, so it is timed with it ("scored") and
 # its time is the difference (the histogram's share stays in the score kernel's)
-GROUPS = {"step": ((1,) * 6, (1, 1, 1)), "indexer": ((1,) * 6, (0, 0, 0)),
-          "score": ((0, 1, 0, 0, 0, 0), (0, 0, 0)), "scored": ((0, 1, 1, 1, 1, 1), (0, 0, 0)),
-          "mla": ((0,) * 6, (1, 1, 1)), "attend": ((0,) * 6, (0, 1, 0))}
+GROUPS = {"step": ((1,) * 6, (1,) * 4), "indexer": ((1,) * 6, (0,) * 4),
+          "score": ((0, 1, 0, 0, 0, 0), (0,) * 4), "scored": ((0, 1, 1, 1, 1, 1), (0,) * 4),
+          "mla": ((0,) * 6, (1,) * 4), "attend": ((0,) * 6, (0, 1, 0, 0))}
 
 
 @dataclass

@@ -35,6 +35,8 @@ HC_WIDE_ROWS = 512  # above this many rows hc_pre's finish is gates + apply (emi
 KDA_CHUNKED_ROWS = 32  # a step whose longest run has this many rows takes the chunked KDA form
 KDA_CHUNK_LAUNCHES = 6  # its kernels (emitters.kda_chunk.kernel_names)
 KDA_CONV_SERIAL_ROWS = 16  # up to this many rows a sequence the KDA conv walks each run
+MLA_DENSE_ROWS = 64  # a step whose longest run has this many rows attends its MLA rows below
+# index_topk in the dense form (emitters.mla), one launch more
 
 
 def folds(rows: int) -> bool:
@@ -59,7 +61,8 @@ GRIDS = {
     "moe_router": "(R/BM, E/BN, splits) ; (R,)",
     "moe_experts": "[count] route (chunks,) ; (tiles, I/BN) ; (tiles, H/BN) ; (R, H/BH)",
     "dsa": "pool (R,) ; score (R, S/P/BP/IT) ; select (R,) | segmented: cands, write (R, segs)",
-    "mla": "absorb (R/BM, H, R/BR) ; (R, H/BH, splits) ; (R/BM, H, dv/BV)",
+    "mla": "absorb (R/BM, H, R/BR) ; [dense (R/BM, H/HB) ;] (R, H/BH, splits) ; "
+           "(R/BM, H, dv/BV)",
     "elementwise": "(R, cdiv(W, BW))",
     INTERPRETER: "host",
 }
@@ -143,8 +146,8 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
     its own; attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write,
     then attend; hc_pre finishes 2 to HC_WIDE_ROWS rows in a second kernel, more in two (gates,
     apply); routed experts count their pairs in a kernel of its own past MOE_ROUTE_PAIRS; KDA
-    takes its chunked kernels for a run of KDA_CHUNKED_ROWS rows (counted here by the step's
-    rows)."""
+    takes its chunked kernels for a run of KDA_CHUNKED_ROWS rows, and MLA its dense kernel for a
+    run of MLA_DENSE_ROWS (both counted here by the step's rows)."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
         return ((None, 2),)
@@ -154,12 +157,21 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
         return (APART_ROWS, 1), (None, 2)
     if emitter == "kda":
         return (KDA_CHUNKED_ROWS - 1, 1), (None, KDA_CHUNK_LAUNCHES)
+    if emitter == "mla" and _dense_mla(node, types):
+        return (MLA_DENSE_ROWS - 1, 3), (None, 4)
     if emitter == "hc_pre":
         return (NARROW_ROWS, 1), (HC_WIDE_ROWS, 2), (None, 3)
     if emitter == "moe_experts":  # ids [T, top_k]
         return (MOE_ROUTE_PAIRS // int(types[node.args[2]].shape[1]), 4), (None, 5)
     narrow, wide = LAUNCHES.get(emitter, (1, 1))
     return (NARROW_ROWS, narrow), (None, wide)
+
+
+def _dense_mla(node: Node, types: dict) -> bool:
+    """An MLA over a DSA selection that keeps the tail: its rows below index_topk see every
+    earlier token (emitters.mla.MLASpec.dense)."""
+    topk = node.attrs.index_topk
+    return len(node.args) > 5 and 0 < topk < int(types[node.args[5]].shape[1])
 
 
 def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:

@@ -239,7 +239,8 @@ def _dsa(entry: KernelEntry, o: Operands, device) -> Launch:
 
 
 def _mla(entry: KernelEntry, o: Operands, device) -> Launch:
-    """Sparse MLA in absorbed form over the latent cache; one scratch per shape."""
+    """Sparse MLA in absorbed form over the latent cache (a long run's rows below topk in the
+    dense form); one scratch per shape."""
     node, spec = entry.node, mla_spec(entry.node, o.types)
     kerns = tuple(load(o.source(entry), n, device, entry.name)
                   for n in mla.kernel_names(entry.name))
@@ -251,7 +252,7 @@ def _mla(entry: KernelEntry, o: Operands, device) -> Launch:
     args = dict(q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index, latent=latent,
                 out=o[node.outs[0]], work=o.scratch[key],
                 block_table=o.state.table if spec.block_size else None)
-    return lambda rows, _: mla.launch(kerns, spec, rows=rows, **args)
+    return lambda rows, seq_rows: mla.launch(kerns, spec, rows=rows, seq_rows=seq_rows, **args)
 
 
 def _moe_router(entry: KernelEntry, o: Operands, device) -> Launch:

@@ -131,17 +131,22 @@ def test_a_wrong_mla_merge_is_caught(tmp_path) -> None:
 
 def test_mla_prefill_variants_are_checked(tmp_path) -> None:
     """bench/sweeps/mla_prefill.py on the CPU: the committed attention matches the reference
-    on a dense (12 tokens) and a sparse (40) prefill; one that stops a row's chosen columns a
-    token short does not."""
+    on a dense (12 tokens) and a sparse (40) prefill; one whose dense form stops a token short
+    does not, nor one whose split form (taking every row) stops a row's chosen columns short."""
     import torch
-    wrong = _variant(tmp_path, "wrong", 'host=mla, text=[("tl.minimum(p + 1, HEAD)", '
-                                        '"tl.minimum(p, HEAD)")]')
-    path = Path(wrong)
-    path.write_text("from hyperloom.codegen.emitters import mla\n" + path.read_text())
-    got = _sweep("mla_prefill").main(["committed", wrong])
+    wrong = {"dense": 'host=mla, text=[("lim = tl.where(mine, p + 1, 0)", '
+                      '"lim = tl.where(mine, p, 0)")]',
+             "split": 'host=mla, text=[("tl.minimum(p + 1, HEAD)", "tl.minimum(p, HEAD)")], '
+                      'launch_kw={"seq_rows": None}'}
+    paths = []
+    for tag, args in wrong.items():
+        path = Path(_variant(tmp_path, tag, args))
+        path.write_text("from hyperloom.codegen.emitters import mla\n" + path.read_text())
+        paths.append(str(path))
+    got = _sweep("mla_prefill").main(["committed", *paths])
     err = {(r["variant"], r["tokens"]): r["err"] for r in got}
     assert all(err["committed", n] < REL[torch.float32] for n in (12, 40)), err
-    assert all(err[wrong, n] > 1e-2 for n in (12, 40)), err
+    assert all(err[p, n] > 1e-2 for p in paths for n in (12, 40)), err
 
 
 def test_dsa_indexer_variants_are_checked(tmp_path) -> None:

@@ -4,13 +4,17 @@ which a process started under TRITON_INTERPRET=1 does not have).
 
 usage: python -m tests.codegen.sm90_compile JOB.json, the job holding the module's path, the
 kernel's name, its runtime arguments' types, constexprs without defaults, warps, stages and
-the integer arguments the launch specialises as 16-divisible."""
+the integer arguments the launch specialises as 16-divisible; it prints shared memory, the
+pipelined copies, and ptxas' registers and spill bytes a thread."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import subprocess
 import sys
+import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -33,7 +37,23 @@ def compile_job(job: dict) -> dict:
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": job["warps"], "num_stages": job["stages"]})
     return {"shared": kernel.metadata.shared,
-            "async_copies": kernel.asm["ttgir"].count("async_copy_global_to_local")}
+            "async_copies": kernel.asm["ttgir"].count("async_copy_global_to_local"),
+            **_registers(kernel.asm["ptx"])}
+
+
+def _registers(ptx: str) -> dict:
+    """{registers, spill_bytes} a thread, from ptxas -v on the kernel's PTX."""
+    from triton.backends.nvidia.compiler import get_ptxas
+    ptxas = get_ptxas(90)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = f"{tmp}/k.ptx"
+        with open(src, "w") as f:
+            f.write(ptx)
+        run = subprocess.run([getattr(ptxas, "path", ptxas), "-v", "--gpu-name=sm_90a", src,
+                              "-o", f"{tmp}/k.o"], capture_output=True, text=True, check=True)
+    regs = re.search(r"Used (\d+) registers", run.stderr)
+    spills = re.search(r"(\d+) bytes spill stores", run.stderr)
+    return {"registers": int(regs.group(1)), "spill_bytes": int(spills.group(1)) if spills else 0}
 
 
 if __name__ == "__main__":

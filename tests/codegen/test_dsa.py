@@ -39,11 +39,14 @@ TIE = 1e-5  # |score - k-th score| under which fp32 and fp64 may order two pools
 class Harness:
     """Compiled caches (contiguous, or block pools behind a shuffled table) beside the fp64
     reference's, for `slots` sequences of `capacity` tokens. A row's inputs are a function of
-    (slot, pos), so one row gives the same inputs in any step."""
+    (slot, pos), so one row gives the same inputs in any step. A step whose longest run has
+    dense_rows rows takes the MLA's dense form, as the runtime's."""
 
     def __init__(self, dsa: DSASpec, mla: MLASpec, *, slots: int, capacity: int,
-                 device: str = "cpu", act: torch.dtype = torch.float32, seed: int = 0):
+                 device: str = "cpu", act: torch.dtype = torch.float32, seed: int = 0,
+                 dense_rows: int | None = None):
         self.dsa, self.mla, self.device, self.act, self.seed = dsa, mla, device, act, seed
+        self.dense_rows = dense_rows
         gen = torch.Generator().manual_seed(seed)
         d, r, b = dsa.head_dim, mla.rank, dsa.block_size
         self.ape = torch.randn(dsa.kpool, d, generator=gen).to(device, act)
@@ -93,6 +96,7 @@ class Harness:
         """A step's operands (inputs, index and out with a slack row) and scratch."""
         rows = len(slot)
         bufs: dict[str, object] = dict(self.inputs(slot, pos), rows=rows, max_splits=max_splits)
+        bufs["seq_rows"] = max(slot.count(s) for s in slot) if slot else 0
         bufs["slot"] = torch.tensor(slot, device=self.device)
         bufs["pos"] = torch.tensor(pos, device=self.device)
         bufs["index"] = torch.full((rows + 1, self.dsa.width), 7, dtype=torch.int32,
@@ -114,7 +118,8 @@ class Harness:
         mla_emitter.launch(mla, self.mla, q=b["q"], c=b["c"], wkvb=self.wkvb, slot=b["slot"],
                            pos=b["pos"], index=b["index"], latent=self.latent, out=b["out"],
                            work=b["work"], rows=rows, block_table=self.table,
-                           max_splits=b["max_splits"])
+                           max_splits=b["max_splits"], seq_rows=b["seq_rows"],
+                           dense_rows=self.dense_rows)
 
     def run(self, slot: list[int], pos: list[int], max_splits: int = mla_emitter.MAX_SPLITS):
         """One step through the kernels; returns (inputs, index, out)."""
@@ -317,6 +322,54 @@ def test_long_prompt_in_chunks_then_decode_across_a_pool_boundary(block_size: in
 
 
 @pytest.mark.parametrize("block_size", [0, 16])
+def test_dense_form_takes_the_long_runs_below_topk(block_size: int, monkeypatch) -> None:
+    """One step of 38 rows in the dense form (dense_rows 2): a run of 3 rows from position 0, a
+    run of 26 from 5 that crosses topk (its rows from 16 on attend by the index), a lone row
+    (split form), a run of 7 of a third slot across the dense programs' row blocks, padding;
+    5 heads (a part-filled head block) and rank 40 (masked latent columns)."""
+    d = DSASpec(4, 16, 16, 4, True, block_size)
+    m = MLASpec(5, 16, 16, 40, 0.25, d.width, block_size, head=d.topk)
+    h = Harness(d, m, slots=4, capacity=64, seed=14, dense_rows=2)
+    for s, n in ((0, 9), (2, 5), (3, 9)):
+        chunks(h, s, 0, [n])
+    slot = [1] * 3 + [2] * 26 + [0] + [3] * 7 + [-1]
+    pos = [0, 1, 2] + list(range(5, 31)) + [9] + list(range(9, 16)) + [0]
+    seen: list = []
+    real = mla_emitter.launch
+    monkeypatch.setattr(mla_emitter, "launch", lambda *a, **kw: seen.append(
+        kw["seq_rows"] >= kw["dense_rows"]) or real(*a, **kw))
+    h.step(slot, pos)
+    assert seen == [True], seen
+
+
+def test_dense_rows_read_no_index() -> None:
+    """The dense form attends a long run's rows below topk without their index entries (here
+    -1 throughout, which the split form reads as no token at all); a lone row and rows at or
+    past topk still read theirs."""
+    spec = MLASpec(3, 16, 16, 32, 0.25, 11, head=8)
+    gen = torch.Generator().manual_seed(15)
+    slot, pos = torch.tensor([0] * 12 + [1]), torch.tensor(list(range(2, 14)) + [5])
+    q, c = torch.randn(13, 3 * 16, generator=gen), torch.randn(13, 32, generator=gen)
+    wkvb = torch.randn(3 * 32, 32, generator=gen) * 32 ** -0.5
+    latent0 = torch.randn(2, 32, 32, generator=gen)
+    index = torch.full((13, 11), -1, dtype=torch.int32)
+    for r, p in enumerate(pos.tolist()):  # the DSA layout: 2 of the complete pools, the tail
+        full = (p + 1) // 4 * 4
+        pools = torch.randperm(full // 4, generator=gen)[:2].sort().values
+        index[r, : 4 * len(pools)] = (pools[:, None] * 4 + torch.arange(4)).flatten()
+        index[r, 8: 8 + p + 1 - full] = torch.arange(full, p + 1)
+    want, _ = mla_reference(spec, latent0, q, c, wkvb, slot, pos, index)
+    blind = index.clone()
+    dense = (pos < 8) & (slot == 0)
+    blind[dense] = -1
+    got = run_mla(mla_emitter, spec, latent0.clone(), q, c, wkvb, slot, pos, blind, 16,
+                  seq_rows=12, dense_rows=2)
+    assert_close(got, want, torch.float32, "dense rows without their index")
+    split = run_mla(mla_emitter, spec, latent0.clone(), q, c, wkvb, slot, pos, blind, 16)
+    assert (split[dense.nonzero().flatten()] == 0).all(), "the split form reads the index"
+
+
+@pytest.mark.parametrize("block_size", [0, 16])
 def test_segmented_select_counted_by_the_score_kernel(block_size: int, monkeypatch) -> None:
     """Caches of 16 pools select in segments of 4 (SMALL_POOLS 4): the score kernel counts the
     histogram as it scores, the selection clears it and its counters; prompts in chunks, then
@@ -449,14 +502,16 @@ def mla_reference(spec: MLASpec, latent0: torch.Tensor, q, c, wkvb, slot, pos,
 
 
 def run_mla(emitter, spec: MLASpec, latent: torch.Tensor, q, c, wkvb, slot, pos, index,
-            max_splits: int) -> torch.Tensor:
-    """The MLA kernels of `emitter` (mla's API) on the CPU, writing into `latent`; out."""
+            max_splits: int, **dense) -> torch.Tensor:
+    """The MLA kernels of `emitter` (mla's API) on the CPU, writing into `latent`; out.
+    dense: seq_rows and dense_rows for the launch (none: the split form)."""
     src = emitter.source("mla", spec)
     kernels = tuple(load(src, n, "cpu", "mla") for n in emitter.kernel_names("mla"))
     out = torch.full((q.shape[0], spec.heads * spec.v_head_dim), float("nan"))
     emitter.launch(kernels, spec, q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index,
                    latent=latent, out=out, rows=q.shape[0], max_splits=max_splits,
-                   work=emitter.scratch(spec, q.shape[0], torch.float32, "cpu", max_splits))
+                   work=emitter.scratch(spec, q.shape[0], torch.float32, "cpu", max_splits),
+                   **dense)
     return out
 
 

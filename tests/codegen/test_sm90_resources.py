@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from hyperloom.codegen.emitters import dsa as dsa_emitter
-from hyperloom.codegen.emitters import kda_chunk, matmul, moe_experts
+from hyperloom.codegen.emitters import kda_chunk, matmul, mla, moe_experts
 from hyperloom.codegen.emitters.dsa import DSASpec
+from hyperloom.codegen.emitters.mla import MLASpec
 from hyperloom.config import overrides
 
 SM90_SHARED = 227 * 1024  # dynamic shared memory a block may take on Hopper
@@ -79,6 +80,22 @@ def test_dsa_score_streams_the_pooled_keys_pipelined(tmp_path) -> None:
     k = _sm90(tmp_path, source, "probe_score", types, {"IT": it}, dsa_emitter.WARPS, 3,
               ("sq", "sw", "pc_s0", "pc_s1", "ssc"))
     assert k["shared"] <= SM90_SHARED and k["async_copies"] > 0, k
+
+
+@pytest.mark.parametrize("kernel", ["dense", ""])
+def test_mla_attention_kernels_do_not_spill(kernel: str, tmp_path) -> None:
+    """The MLA's dense and split attention at GLM-5.3-Flash's size (rank 512, paged latents):
+    each holds an fp32 accumulator [heads or rows x heads, 512] in registers."""
+    spec = MLASpec(64, 256, 256, 512, 256 ** -0.5, 2051, 64, head=2048)
+    with overrides(interpret=False):
+        source = mla.source("probe", spec)
+    types = {"qa_ptr": "*bf16", "idx_ptr": "*i32", "slot_ptr": "*i64", "pos_ptr": "*i64",
+             "lat_ptr": "*bf16", "acc_ptr": "*fp32", "ml_ptr": "*fp32", "bt_ptr": "*i32",
+             "rows": "i32", "sidx": "i32", "lat_s0": "i32", "lat_s1": "i32", "bt_s0": "i32"}
+    warps = mla.DENSE_WARPS if kernel else mla.ATTEND_WARPS
+    k = _sm90(tmp_path, source, f"probe_{kernel}" if kernel else "probe", types, {}, warps, 3,
+              ("sidx", "lat_s0", "lat_s1", "bt_s0"))
+    assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
 
 
 def _kda_chunk_kernels() -> dict[str, tuple[dict, dict, int, int, tuple[str, ...]]]:

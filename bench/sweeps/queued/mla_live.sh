@@ -1,8 +1,10 @@
 # One device call (about 7 minutes): the MLA attention walking only a row's live index columns
-# (4a0379f): the DSA and MLA bf16 GPU tests, GLM-5.3-Flash's 4-layer prefill (eager baseline,
-# profiled: the MLA kernel took 8.0 ms of 26.9 at 7c05218) and decode b1 at 1024 tokens, the
-# DSA decode layer at 4K (every column live: must not slow down), then the prefill against
-# torch.compile's default mode with what time is left. Run from the repository root with
+# (4a0379f) and a long run's rows below topk in the dense form: the DSA and MLA bf16 GPU tests
+# (their prompt chunks of 1024 rows take the dense form), GLM-5.3-Flash's 4-layer prefill
+# (eager baseline, profiled: the MLA kernel took 8.0 ms of 26.9 at 7c05218, every row in the
+# split form; now all 2048 rows are dense) and decode b1 at 1024 tokens, the DSA decode layer
+# at 4K (every column live: must not slow down), then the prefill against torch.compile's
+# default mode with what time is left. Run from the repository root with
 # transformers' wheel on PYTHONPATH; logs under $OUT.
 end=$(( $(date +%s) + ${BUDGET:-480} ))
 left() { echo $(( end - $(date +%s) )); }

@@ -1,8 +1,9 @@
 """MLA (no RoPE) over a latent cache, restricted to the tokens a DSA indexer selected
-(`hyperloom.ir.semantics.attention.mla_attention` with an index), in absorbed form: three
-kernels in one module (`kernel_names`). kv_b_proj [H * (dk + dv), R] holds per head a key part
-Wk [dk, R] and a value part Wv [dv, R]; scores q . (Wk c) = (Wk^T q) . c and values Wv c, so
-attention runs on the R-wide latents c themselves and a head's output is Wv (sum_j p_j c_j).
+(`hyperloom.ir.semantics.attention.mla_attention` with an index), in absorbed form. kv_b_proj
+[H * (dk + dv), R] holds per head a key part Wk [dk, R] and a value part Wv [dv, R]; scores
+q . (Wk c) = (Wk^T q) . c and values Wv c, so attention runs on the R-wide latents c themselves
+and a head's output is Wv (sum_j p_j c_j). Four kernels in one module (`kernel_names`),
+launched absorb, [dense,] attend, out.
 
 {name}_absorb, grid (cdiv(rows, BM), H, cdiv(R, BR)): qa [rows, H, R] = q_h Wk_h (the latent
 cache's dtype); the programs of head 0 also write the rows' latents into latent [slots, S, R]
@@ -17,6 +18,16 @@ DSA layout (spec.head = topk: chosen tokens first, -1 up to column topk, then th
 at position p has at most e = min(p + 1, topk) chosen columns, so its splits share the columns
 [0, e) and [topk, W) only: a prefill's rows and a short context's skip the -1 blocks (a
 2048-token prefill walks half the blocks; a decode row at 1024 tokens half the chunk a split).
+
+{name}_dense, grid (cdiv(rows, DENSE_BM), cdiv(H, DENSE_HB)), a step whose longest run has
+`dense_rows` rows (a prefill chunk) over a selection that keeps the tail (spec.dense): a row below
+topk then sees every token up to its own (all complete pools fit the topk, and the tail is
+taken), so the rows of a run (`_dense_row`: below topk, with a neighbour row of its sequence)
+attend as causal attention over the latent cache in token order, without the index. A program
+takes DENSE_BM rows x DENSE_HB heads as the M side of its products, so each latent tile it loads
+serves all of them; a run at a time (rows of a sequence are contiguous), to the furthest of its
+rows' tokens. It writes split 0's partials; the attend programs of those rows exit, and the
+step takes one split.
 
 {name}_out, grid (cdiv(rows, BM), H, cdiv(dv, BV)): merges a head's partials into o_lat [BM, R]
 (rescaled to a common max, divided by the sum; a row that sees no token gets zeros, as the
@@ -37,6 +48,7 @@ from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
+from hyperloom.passes.kernel_plan import MLA_DENSE_ROWS
 
 BN = 32  # index entries per iteration
 MAX_BH = 32  # heads per attention program: acc [32, 512] fp32 is 64 registers a thread at 8 warps
@@ -44,6 +56,11 @@ ATTEND_WARPS = 8
 MAX_SPLITS = 16
 SMS = 132  # H200 multiprocessors
 LOG2E = 1.4426950408889634
+DENSE_ROWS = MLA_DENSE_ROWS  # the plan counts the dense kernel's launch by the same rule
+# a dense program: DENSE_BM rows x DENSE_HB heads (M 32), DENSE_BN tokens an iteration. ptxas
+# for sm_90 at GLM-5.3-Flash's rank 512: 224 registers, no spills; at M 64 (the least a wgmma
+# takes) 255 and spills
+DENSE_BM, DENSE_HB, DENSE_BN, DENSE_WARPS = 8, 4, 32, 8
 
 
 @dataclass(frozen=True)
@@ -58,6 +75,12 @@ class MLASpec:
     head: int = 0  # index columns before the DSA tail (MLAAttrs.index_topk); 0: no layout known
 
     @property
+    def dense(self) -> bool:
+        """The index is a DSA selection that keeps the tail (width > head = topk): a row below
+        topk has chosen every token up to its own, so it may attend in the dense form."""
+        return 0 < self.head < self.width
+
+    @property
     def head_block(self) -> int:
         """Heads per attention program (BH): programs of a row share its latents through L2,
         so fewer, wider programs gather less; at least 16 for tl.dot."""
@@ -68,9 +91,10 @@ class MLASpec:
         return cdiv(self.heads, self.head_block)
 
 
-def kernel_names(name: str) -> tuple[str, str, str]:
-    """(latent write + query absorption, split attention, merge + value projection)."""
-    return f"{name}_absorb", name, f"{name}_out"
+def kernel_names(name: str) -> tuple[str, str, str, str]:
+    """(latent write + query absorption, split attention, merge + value projection, dense
+    attention of a long run's rows below topk)."""
+    return f"{name}_absorb", name, f"{name}_out", f"{name}_dense"
 
 
 def _up() -> str:
@@ -131,7 +155,7 @@ def {name}(q_ptr, c_ptr, w_ptr, slot_ptr, pos_ptr, lat_ptr, qa_ptr, rows, sq, sc
 
 
 def _attend_source(name: str, spec: MLASpec) -> str:
-    up, bs = _up(), spec.block_size
+    bs = spec.block_size
     table, page = paging.params(bs)
     at = paging.row(bs, "lat", "s", "t", "ok")
     head, tail = runtime_loop("v0", "lo", "hi", "BN", " " * 8)
@@ -142,12 +166,15 @@ def {name}(qa_ptr, idx_ptr, slot_ptr, pos_ptr, lat_ptr, acc_ptr, ml_ptr, rows, s
         R: tl.constexpr = {spec.rank}, RP: tl.constexpr = {_p2(spec.rank)},
         W: tl.constexpr = {spec.width}, HEAD: tl.constexpr = {spec.head},
         BH: tl.constexpr = {spec.head_block}, BN: tl.constexpr = {BN},
-        QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
+        QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}, DENSE: tl.constexpr = False{page}):
 {pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * BH + tl.arange(0, BH)
     sp = tl.program_id(2)
     s = tl.load(slot_ptr + r).to(tl.int64)
     p = tl.load(pos_ptr + r)
+    if DENSE:
+        if _dense_row(slot_ptr, r, s, p, rows, HEAD):  # {name}_dense's row
+            return
     c = tl.arange(0, RP)
     hm = h < H
     cm = c < R
@@ -174,18 +201,87 @@ def {name}(qa_ptr, idx_ptr, slot_ptr, pos_ptr, lat_ptr, acc_ptr, ml_ptr, rows, s
             ok = (t >= 0) & (t <= p)
             lat = tl.load(lat_ptr + ({at})[:, None] + c[None, :],
                           mask=ok[:, None] & cm[None, :], other=0.0)
-            sc = tl.dot(q{up}, tl.trans(lat{up})) * QK_SCALE  # [BH, BN]
-            sc = tl.where(ok[None, :], sc, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            e = tl.exp2(sc - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(e, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(e.to(lat.dtype){up}, lat{up})
-            m_i = m_new
+            m_i, l_i, acc = _attend_tile(q, lat, ok[None, :], m_i, l_i, acc, QK_SCALE)
 {tail}    part = (sp * rows + r) * H + h  # partials of (split, row, head)
     tl.store(acc_ptr + part[:, None] * R + c[None, :], acc, mask=hm[:, None] & cm[None, :])
     tl.store(ml_ptr + part * 2, m_i, mask=hm)
     tl.store(ml_ptr + part * 2 + 1, l_i, mask=hm)
+'''
+
+
+def _tile_source() -> str:
+    up = _up()
+    return f'''
+@triton.jit
+def _attend_tile(q, lat, seen, m_i, l_i, acc, QK_SCALE: tl.constexpr):
+    """One tile of the online softmax: q [M, R] against the latents lat [BN, R], where seen
+    [M or 1, BN] (else no token), folded into the running max, sum and acc [M, R]."""
+    sc = tl.where(seen, tl.dot(q{up}, tl.trans(lat{up})) * QK_SCALE, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    e = tl.exp2(sc - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(e, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(e.to(lat.dtype){up}, lat{up})
+    return m_new, l_i, acc
+'''
+
+
+_DENSE_ROW = '''
+@triton.jit
+def _dense_row(slot_ptr, r, s, p, rows, HEAD: tl.constexpr):
+    """Whether row r (slot s, position p) attends in the dense form: a live row below HEAD with
+    a neighbour row of its sequence (a lone row, a decode step's, stays with the split form).
+    Both attention kernels decide by this, so every row is taken by exactly one."""
+    prev = tl.load(slot_ptr + r - 1, mask=(r > 0) & (r <= rows), other=-1)
+    after = tl.load(slot_ptr + r + 1, mask=r + 1 < rows, other=-1)
+    return (s >= 0) & (p >= 0) & (p < HEAD) & ((prev == s) | (after == s))
+'''
+
+
+def _dense_source(name: str, spec: MLASpec) -> str:
+    bs = spec.block_size
+    table, page = paging.params(bs)
+    at = paging.row(bs, "lat", "s0", "t", "ok")
+    head, tail = runtime_loop("t0", "0", "top", "BN", " " * 8)
+    return f'''
+@triton.jit
+def {name}(qa_ptr, slot_ptr, pos_ptr, lat_ptr, acc_ptr, ml_ptr, rows, lat_s0, lat_s1,{table}
+        H: tl.constexpr = {spec.heads}, R: tl.constexpr = {spec.rank},
+        RP: tl.constexpr = {_p2(spec.rank)}, HEAD: tl.constexpr = {spec.head},
+        BM: tl.constexpr = {DENSE_BM}, HB: tl.constexpr = {DENSE_HB},
+        BN: tl.constexpr = {DENSE_BN}, QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
+{pdl("    ")}    i = tl.arange(0, BM * HB)  # lane i: row m, head h
+    m = tl.program_id(0) * BM + i // HB
+    h = tl.program_id(1) * HB + i % HB
+    live = (m < rows) & (h < H)
+    s = tl.load(slot_ptr + m, mask=live, other=-1).to(tl.int64)
+    p = tl.load(pos_ptr + m, mask=live, other=-1).to(tl.int32)
+    todo = live & _dense_row(slot_ptr, m.to(tl.int64), s, p, rows, HEAD)
+    c = tl.arange(0, RP)
+    cm = c < R
+    part = m.to(tl.int64) * H + h  # split 0's partials of (row, head)
+    q = tl.load(qa_ptr + part[:, None] * R + c[None, :], mask=todo[:, None] & cm[None, :],
+                other=0.0)
+    n = tl.arange(0, BN)
+    while tl.max(todo.to(tl.int32), axis=0) > 0:  # one run (sequence) of the block at a time
+        s0 = tl.min(tl.where(todo, s, 1 << 62), axis=0)
+        mine = todo & (s == s0)
+        lim = tl.where(mine, p + 1, 0)  # a lane sees tokens [0, lim)
+        top = tl.max(lim, axis=0)
+        m_i = tl.full((BM * HB,), -1e30, tl.float32)
+        l_i = tl.zeros((BM * HB,), tl.float32)
+        acc = tl.zeros((BM * HB, RP), tl.float32)
+{head}            t = t0 + n
+            ok = t < top
+            lat = tl.load(lat_ptr + ({at})[:, None] + c[None, :],
+                          mask=ok[:, None] & cm[None, :], other=0.0)
+            m_i, l_i, acc = _attend_tile(q, lat, t[None, :] < lim[:, None], m_i, l_i, acc,
+                                         QK_SCALE)
+{tail}        tl.store(acc_ptr + part[:, None] * R + c[None, :], acc,
+                 mask=mine[:, None] & cm[None, :])
+        tl.store(ml_ptr + part * 2, m_i, mask=mine)
+        tl.store(ml_ptr + part * 2 + 1, l_i, mask=mine)
+        todo = todo & ~mine
 '''
 
 
@@ -232,10 +328,11 @@ def {name}(acc_ptr, ml_ptr, w_ptr, o_ptr, rows, so, SPLITS: tl.constexpr, BM: tl
 
 
 def source(name: str, spec: MLASpec, header: str = "") -> str:
-    absorb, attend, out = kernel_names(name)
-    return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
+    absorb, attend, out, dense = kernel_names(name)
+    return (f"{comment(header)}import triton\nimport triton.language as tl\n\n{_tile_source()}\n"
+            f"{_DENSE_ROW}\n"
             f"{_absorb_source(absorb, spec)}\n{_attend_source(attend, spec)}\n"
-            f"{_out_source(out, spec)}")
+            f"{_out_source(out, spec)}\n{_dense_source(dense, spec)}")
 
 
 def splits(spec: MLASpec, rows: int, max_splits: int = MAX_SPLITS) -> int:
@@ -278,18 +375,23 @@ def check(spec: MLASpec, *, q, c, wkvb, latent, index, out, block_table=None) ->
 def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: torch.Tensor,
            slot: torch.Tensor, pos: torch.Tensor, index: torch.Tensor, latent: torch.Tensor,
            out: torch.Tensor, work: tuple[torch.Tensor, ...], rows: int,
-           block_table: torch.Tensor | None = None, max_splits: int = MAX_SPLITS) -> None:
+           block_table: torch.Tensor | None = None, max_splits: int = MAX_SPLITS,
+           seq_rows: int | None = None, dense_rows: int | None = None) -> None:
     """Latent write, absorbed query, split attention over the index, merge + value projection
     of the first `rows` rows; work = scratch(spec, >= rows, latent.dtype, ...); block_table
-    int32 [slots, max_blocks] when paged (latent is then a block pool)."""
+    int32 [slots, max_blocks] when paged (latent is then a block pool). A step whose longest
+    run has `seq_rows` (None: unknown) >= dense_rows (None: DENSE_ROWS) rows attends its dense
+    rows in the dense form."""
     capacity = check(spec, q=q, c=c, wkvb=wkvb, latent=latent, index=index, out=out,
                      block_table=block_table)
     table = paging.table_args(spec.block_size, block_table, latent)[0]
     if rows == 0:
         return
-    absorb, attend, merge = kernels
+    absorb, attend, merge, attend_dense = kernels
     qa, acc, ml = work
-    n = splits(spec, rows, max_splits)
+    least = DENSE_ROWS if dense_rows is None else dense_rows
+    dense = spec.dense and seq_rows is not None and seq_rows >= least
+    n = 1 if dense else splits(spec, rows, max_splits)
     _need(qa.shape[0] >= rows and acc.shape[0] >= rows * n and ml.shape[0] >= rows * n,
           "MLA scratch does not fit")
     h, (bm, warps) = spec.heads, ((16, 4) if rows <= 16 else (64, 8))  # sm_90a: no spills
@@ -297,8 +399,12 @@ def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: to
     absorb[(cdiv(rows, bm), h, cdiv(spec.rank, _br(spec)))](
         q, c, wkvb, slot, pos, latent, qa, rows, q.stride(0), c.stride(0), *lat_strides,
         capacity, *table, BM=bm, num_warps=warps)
+    if dense:
+        attend_dense[(cdiv(rows, DENSE_BM), cdiv(h, DENSE_HB))](
+            qa, slot, pos, latent, acc, ml, rows, *lat_strides, *table, BM=DENSE_BM,
+            HB=DENSE_HB, BN=DENSE_BN, num_warps=DENSE_WARPS)
     attend[(rows, spec.head_blocks, n)](qa, index, slot, pos, latent, acc, ml, rows,
-                                        index.stride(0), *lat_strides, *table,
+                                        index.stride(0), *lat_strides, *table, DENSE=dense,
                                         num_warps=ATTEND_WARPS)
     merge[(cdiv(rows, bm), h, cdiv(spec.v_head_dim, _bv(spec)))](
         acc, ml, wkvb, out, rows, out.stride(0), SPLITS=n, BM=bm, num_warps=warps)

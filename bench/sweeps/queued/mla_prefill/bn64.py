@@ -1,4 +1,5 @@
-# 64 index entries an iteration (32 committed): half the serial steps, [BH, 64] score tiles.
+# The split form's 64 index entries an iteration (32 committed): half the serial steps, [BH,
+# 64] score tiles (the dense programs take their BN from the launch).
 from variant import make
 
 from hyperloom.codegen.emitters import mla

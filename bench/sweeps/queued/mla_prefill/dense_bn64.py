@@ -1,0 +1,6 @@
+# Dense programs walk 64 tokens an iteration (committed 32).
+from variant import make
+
+from hyperloom.codegen.emitters import mla
+
+globals().update(make(host=mla, consts={"DENSE_BN": 64}))
