@@ -58,8 +58,8 @@ SMS = 132  # H200 multiprocessors
 LOG2E = 1.4426950408889634
 DENSE_ROWS = MLA_DENSE_ROWS  # the plan counts the dense kernel's launch by the same rule
 # a dense program: DENSE_BM rows x DENSE_HB heads (M 32), DENSE_BN tokens an iteration. ptxas
-# for sm_90 at GLM-5.3-Flash's rank 512: 224 registers, no spills; at M 64 (the least a wgmma
-# takes) 255 and spills
+# for sm_90 at GLM-5.3-Flash's rank 512 (3 stages of latent tiles): 252 registers, no spills;
+# at M 64 (the least a wgmma takes), 64 tokens or 4 warps: 255 and spills
 DENSE_BM, DENSE_HB, DENSE_BN, DENSE_WARPS = 8, 4, 32, 8
 
 

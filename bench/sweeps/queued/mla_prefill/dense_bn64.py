@@ -1,4 +1,5 @@
-# Dense programs walk 64 tokens an iteration (committed 32).
+# Dense programs walk 64 tokens an iteration (committed 32; ptxas for sm_90: 255 registers and
+# 132 bytes of spills).
 from variant import make
 
 from hyperloom.codegen.emitters import mla
