@@ -14,7 +14,10 @@ this step, else its sequence's window). A run's rows are contiguous, so a row's 
 rows, the only ones that read its window, belong to the program owning the run's first row (their
 tile reaches kernel - 2 rows past its BR), and that program alone writes the run's new window (the
 run's last kernel - 1 inputs, or the old window shifted for a shorter run), after its reads: no
-other program touches that window. Padding rows (slot < 0) are not computed.
+other program touches that window. So a program sums its rows' own inputs as one tile, then takes
+the runs that start in it one by one (the window's part of their first rows, their new window),
+and the programs of a long prefill's later rows have no window work at all. Padding rows (slot <
+0) are not computed.
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ class Tile:
     warps: int
 
 
-# the tiled form's tile. On the H200 at GLM-5.3's width (CUDA graphs of launches): prefill 2048
-# rows 328 us on [32, 128] x 4 warps, 396 on [8, 128] and [16, 128], 626 on [8, 64], 791 on
-# [16, 128] x 8 warps (BENCHMARKS)
+# the tiled form's tile. On the H200 at GLM-5.3's width (CUDA graphs of launches), with the
+# window as [BT, BC] tiles (216 registers a thread on [32, 128] x 4 warps: two programs a
+# multiprocessor): prefill 2048 rows 328 us on [32, 128] x 4 warps, 396 on [8, 128] and
+# [16, 128], 626 on [8, 64], 791 on [16, 128] x 8 warps (BENCHMARKS). With the window run by run
+# as [BC] vectors: 106 registers (ptxas, sm_90), not yet timed
 CONV_TILE = Tile(32, 128, 4)
 # at most this many rows a sequence: the _runs form. H200, GLM-5.3's width, us: decode b1 1.66
 # vs 4.0 tiled, b16 4.15 vs 11.6, verify 4 x 4 rows 4.79 vs 6.46; prefill 256 rows 117 vs 41
@@ -110,16 +115,41 @@ PICKS = "".join(f'''    if part == {p}:
 
 
 def _new_window(taps: int) -> tuple[str, str]:
-    """(reads, writes) of a run's new window entries n0..: entry i is the input at stop - taps
-    + i, from x inside the run, else the old window's entry i + (stop - r)."""
-    reads = "".join(f'''    at = stop - {taps - i}
-    mine = (at >= r)[:, None]
-    n{i} = tl.where(mine, tl.load(x_ptr + at.to(tl.int64)[:, None] * sx + c[None, :],
-                                  mask=ms & mine, other=0.0).to(tl.float32),
-                    tl.load(win + (stop - r + {i})[:, None], mask=ms & ~mine, other=0.0))
+    """(reads, writes) of the new window entries n0.. of the run that starts at row i0 and
+    ends before row st (scalars), [BC] vectors at its window wr: entry i is the input at st -
+    taps + i, from x inside the run, else the old window's entry i + (st - i0)."""
+    indent = " " * 12
+    reads = "".join(f'''{indent}at = st - {taps - i}
+{indent}mine = at >= i0
+{indent}n{i} = tl.where(mine, tl.load(x_ptr + at.to(tl.int64) * sx + c, mask=cm & mine,
+{indent}                              other=0.0).to(tl.float32),
+{indent}                tl.load(wr + st - i0 + {i}, mask=cm & ~mine, other=0.0))
 ''' for i in range(taps))
-    writes = "".join(f"    tl.store(win + {i}, n{i}, mask=ms)\n" for i in range(taps))
+    writes = "".join(f"{indent}tl.store(wr + {i}, n{i}, mask=cm)\n" for i in range(taps))
     return reads, writes
+
+
+def _taps(kernel: int) -> str:
+    """The tiled form's sum over the run's own inputs: tap t{j} (weight K - 1 - j) times x[r -
+    j] where row r has j rows of its run before it (the window's part comes later)."""
+    return "".join(f'''    t{j} = tl.load(w_ptr + c * K + {kernel - 1 - j}, mask=cm, other=0.0)
+    y += t{j}[None, :] * tl.load(x_ptr + (r - {j}).to(tl.int64)[:, None] * sx + c[None, :],
+                                 mask=m & (d >= {j})[:, None], other=0.0).to(tl.float32)
+''' for j in range(kernel))
+
+
+def _old_window(kernel: int) -> str:
+    """The window's part for the run starting at row i0 (ending before st): its old entries
+    h0.. ([BC] vectors, h{K-2} the latest input) times the taps, added to the rows i0 + e, e <
+    K - 1, whose taps reach back past the run's start (x[i0 + e - j] is entry K - 1 - (j - e))."""
+    taps = kernel - 1
+    out = "".join(f"{' ' * 12}h{i} = tl.load(wr + {i}, mask=cm, other=0.0)\n"
+                  for i in range(taps))
+    for e in range(taps):
+        add = " + ".join(f"t{j} * h{taps - (j - e)}" for j in range(e + 1, kernel))
+        out += (f"{' ' * 12}y += tl.where(((r == i0 + {e}) & (i0 + {e} < st))[:, None], "
+                f"({add})[None, :], 0.0)\n")
+    return out
 
 
 def _runs_source(name: str, spec: ConvSpec, bc: int) -> str:
@@ -183,27 +213,24 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
     first = r - d  # the run's first row where d < K - 1
     work = (s >= 0) & tl.where(d == K - 1, r < base + BR, (first >= base) & (first < base + BR))
     x_ptr, sx, w_ptr, o_ptr, so = q_ptr, sq, wq_ptr, oq_ptr, soq
-{PICKS}    win = win_ptr + s.to(tl.int64)[:, None] * sw_slot + (part * C + c)[None, :] * (K - 1)
-    m = work[:, None] & cm[None, :]
+{PICKS}    m = work[:, None] & cm[None, :]
     y = tl.zeros([BT, BC], tl.float32)
-    for j in tl.static_range(0, K):  # x[r - j] times tap K - 1 - j
-        inside = (d >= j)[:, None]
-        xj = tl.load(x_ptr + (r - j).to(tl.int64)[:, None] * sx + c[None, :], mask=m & inside,
-                     other=0.0).to(tl.float32)
-        wj = tl.load(w_ptr + c * K + (K - 1 - j), mask=cm, other=0.0)[None, :]
-        if j > 0:
-            old = tl.load(win + (K - 1 - (j - d))[:, None], mask=m & ~inside, other=0.0)
-            xj = tl.where(inside, xj, old)
-        y += wj * xj
+{_taps(spec.kernel)}    # each run starting here, one at a time (in a long prefill, only its first program has
+    # one): the window's part of its first K - 1 rows, then its new window, the run's last K - 1
+    # inputs (from the old window where the run is shorter), read before any is written. As
+    # [BC] vectors: [BT, BC] tiles of the window took 216 registers a thread, not 146
+    start = work & (d == 0)
+    if tl.max(start.to(tl.int32), axis=0) > 0:
+        stop = _run_ends(slot_ptr, base, r, edge, start, rows, BT, BIG)
+        while tl.max(start.to(tl.int32), axis=0) > 0:
+            i0 = tl.min(tl.where(start, r, BIG), axis=0)
+            st = tl.min(tl.where(r == i0, stop, BIG), axis=0)
+            wr = win_ptr + tl.load(slot_ptr + i0) * sw_slot + (part * C + c) * (K - 1)
+{_old_window(spec.kernel)}{reads}            tl.debug_barrier()  # this run's old window is read
+{writes}            start = start & (r != i0)
     tl.store(o_ptr + r.to(tl.int64)[:, None] * so + c[None, :],
              (y * tl.sigmoid(y)).to(o_ptr.dtype.element_ty), mask=m)
-    # each run starting here: its new window, the run's last K - 1 inputs (from the old window
-    # where the run is shorter), all read before any is written
-    start = work & (d == 0)
-    stop = _run_ends(slot_ptr, base, r, edge, start, rows, BT, BIG)
-    ms = start[:, None] & cm[None, :]
-{reads}    tl.debug_barrier()  # every read of the old windows is done
-{writes}'''
+'''
 
 
 def launch(kernels, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
