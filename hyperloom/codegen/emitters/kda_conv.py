@@ -190,6 +190,7 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
 def source(name: str, spec: ConvSpec, header: str = "") -> str:
     bt, br, bc, _ = spec.tile()
     reads, writes = _new_window(spec.kernel - 1)
+    own = _taps(spec.kernel)
     return f'''{comment(header)}import triton
 import triton.language as tl
 
@@ -215,10 +216,10 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
     x_ptr, sx, w_ptr, o_ptr, so = q_ptr, sq, wq_ptr, oq_ptr, soq
 {PICKS}    m = work[:, None] & cm[None, :]
     y = tl.zeros([BT, BC], tl.float32)
-{_taps(spec.kernel)}    # each run starting here, one at a time (in a long prefill, only its first program has
-    # one): the window's part of its first K - 1 rows, then its new window, the run's last K - 1
-    # inputs (from the old window where the run is shorter), read before any is written. As
-    # [BC] vectors: [BT, BC] tiles of the window took 216 registers a thread, not 146
+{own}    # each run starting here, one at a time (in a long prefill, only its first program
+    # has one): the window's part of its first K - 1 rows, then its new window, the run's last
+    # K - 1 inputs (from the old window where the run is shorter), read before any is written.
+    # As [BC] vectors: [BT, BC] tiles of the window took 216 registers a thread, not 106
     start = work & (d == 0)
     if tl.max(start.to(tl.int32), axis=0) > 0:
         stop = _run_ends(slot_ptr, base, r, edge, start, rows, BT, BIG)
