@@ -82,19 +82,26 @@ def test_dsa_score_streams_the_pooled_keys_pipelined(tmp_path) -> None:
     assert k["shared"] <= SM90_SHARED and k["async_copies"] > 0, k
 
 
-@pytest.mark.parametrize("kernel", ["dense", ""])
-def test_mla_attention_kernels_do_not_spill(kernel: str, tmp_path) -> None:
-    """The MLA's dense and split attention at GLM-5.3-Flash's size (rank 512, paged latents):
-    each holds an fp32 accumulator [heads or rows x heads, 512] in registers."""
+MLA_WIDE = {"BM": 64, "BR": mla.WIDE_COLS, "BV": mla.WIDE_COLS, "SPLITS": 1}
+
+
+@pytest.mark.parametrize("kernel, consts, warps", [
+    ("dense", {}, mla.DENSE_WARPS), ("", {}, mla.ATTEND_WARPS), ("absorb", MLA_WIDE, 8),
+    ("out", MLA_WIDE, 8)])
+def test_mla_kernels_do_not_spill(kernel: str, consts: dict, warps: int, tmp_path) -> None:
+    """The MLA's kernels at GLM-5.3-Flash's size (rank 512, paged latents): the dense and split
+    attention (an fp32 accumulator [rows x heads or heads, 512] each), and a wide step's
+    absorb and merge on their 64-row x WIDE_COLS tiles, as `mla.launch` runs them."""
     spec = MLASpec(64, 256, 256, 512, 256 ** -0.5, 2051, 64, head=2048)
     with overrides(interpret=False):
         source = mla.source("probe", spec)
     types = {"qa_ptr": "*bf16", "idx_ptr": "*i32", "slot_ptr": "*i64", "pos_ptr": "*i64",
              "lat_ptr": "*bf16", "acc_ptr": "*fp32", "ml_ptr": "*fp32", "bt_ptr": "*i32",
-             "rows": "i32", "sidx": "i32", "lat_s0": "i32", "lat_s1": "i32", "bt_s0": "i32"}
-    warps = mla.DENSE_WARPS if kernel else mla.ATTEND_WARPS
-    k = _sm90(tmp_path, source, f"probe_{kernel}" if kernel else "probe", types, {}, warps, 3,
-              ("sidx", "lat_s0", "lat_s1", "bt_s0"))
+             "q_ptr": "*bf16", "c_ptr": "*bf16", "w_ptr": "*bf16", "o_ptr": "*bf16"}
+    ints = ("rows", "sidx", "lat_s0", "lat_s1", "bt_s0", "sq", "sc", "so", "capacity")
+    k = _sm90(tmp_path, source, f"probe_{kernel}" if kernel else "probe",
+              types | {n: "i32" for n in ints}, consts, warps, 3,
+              ("sidx", "lat_s0", "lat_s1", "bt_s0", "sq", "sc", "so"))
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
 
 

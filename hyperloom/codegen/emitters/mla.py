@@ -61,6 +61,12 @@ DENSE_ROWS = MLA_DENSE_ROWS  # the plan counts the dense kernel's launch by the 
 # for sm_90 at GLM-5.3-Flash's rank 512 (3 stages of latent tiles): 252 registers, no spills;
 # at M 64 (the least a wgmma takes), 64 tokens or 4 warps: 255 and spills
 DENSE_BM, DENSE_HB, DENSE_BN, DENSE_WARPS = 8, 4, 32, 8
+# absorb and merge programs of a step of more than FEW_ROWS rows take 64 rows and up to
+# WIDE_COLS columns (16 rows and 64 columns in smaller steps, where more programs matter). On
+# 64-column blocks a merge read a head's fp32 partials once a block (4 times at dv 256: about
+# 1 GB at 2048 rows, 300 us of GLM-5.3-Flash's prefill), the absorb its q 8 times at rank 512.
+# ptxas for sm_90 at 64 rows x 256 columns, 8 warps: absorb 106 registers, merge 155, no spills
+WIDE_COLS, FEW_ROWS = 256, 16
 
 
 @dataclass(frozen=True)
@@ -106,14 +112,14 @@ def _p2(n: int, least: int = 16) -> int:
     return max(least, next_power_of_2(n))
 
 
-def _br(spec: MLASpec) -> int:
-    """Latent columns per absorb program."""
-    return min(64, _p2(spec.rank))
+def _br(spec: MLASpec, wide: bool = False) -> int:
+    """Latent columns per absorb program (each reads its rows' q of a head once)."""
+    return min(WIDE_COLS if wide else 64, _p2(spec.rank))
 
 
-def _bv(spec: MLASpec) -> int:
-    """Output columns per merge program."""
-    return min(64, _p2(spec.v_head_dim))
+def _bv(spec: MLASpec, wide: bool = False) -> int:
+    """Output columns per merge program (each reads its rows' partials of a head once)."""
+    return min(WIDE_COLS if wide else 64, _p2(spec.v_head_dim))
 
 
 def _absorb_source(name: str, spec: MLASpec) -> str:
@@ -394,11 +400,13 @@ def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: to
     n = 1 if dense else splits(spec, rows, max_splits)
     _need(qa.shape[0] >= rows and acc.shape[0] >= rows * n and ml.shape[0] >= rows * n,
           "MLA scratch does not fit")
-    h, (bm, warps) = spec.heads, ((16, 4) if rows <= 16 else (64, 8))  # sm_90a: no spills
+    wide = rows > FEW_ROWS
+    h, (bm, warps) = spec.heads, ((64, 8) if wide else (16, 4))  # sm_90a: no spills
+    br, bv = _br(spec, wide), _bv(spec, wide)
     lat_strides = (latent.stride(0), latent.stride(1))
-    absorb[(cdiv(rows, bm), h, cdiv(spec.rank, _br(spec)))](
+    absorb[(cdiv(rows, bm), h, cdiv(spec.rank, br))](
         q, c, wkvb, slot, pos, latent, qa, rows, q.stride(0), c.stride(0), *lat_strides,
-        capacity, *table, BM=bm, num_warps=warps)
+        capacity, *table, BM=bm, BR=br, num_warps=warps)
     if dense:
         attend_dense[(cdiv(rows, DENSE_BM), cdiv(h, DENSE_HB))](
             qa, slot, pos, latent, acc, ml, rows, *lat_strides, *table, BM=DENSE_BM,
@@ -406,5 +414,5 @@ def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: to
     attend[(rows, spec.head_blocks, n)](qa, index, slot, pos, latent, acc, ml, rows,
                                         index.stride(0), *lat_strides, *table, DENSE=dense,
                                         num_warps=ATTEND_WARPS)
-    merge[(cdiv(rows, bm), h, cdiv(spec.v_head_dim, _bv(spec)))](
-        acc, ml, wkvb, out, rows, out.stride(0), SPLITS=n, BM=bm, num_warps=warps)
+    merge[(cdiv(rows, bm), h, cdiv(spec.v_head_dim, bv))](
+        acc, ml, wkvb, out, rows, out.stride(0), SPLITS=n, BM=bm, BV=bv, num_warps=warps)
