@@ -321,18 +321,19 @@ def test_long_prompt_in_chunks_then_decode_across_a_pool_boundary(block_size: in
         h.step([1], [p])
 
 
-@pytest.mark.parametrize("block_size, cols", [(0, 256), (16, 256), (0, 16)])
-def test_dense_form_takes_the_long_runs_below_topk(block_size: int, cols: int,
+@pytest.mark.parametrize("block_size, cols, heads", [(0, 256, 5), (16, 256, 5), (0, 16, 20)])
+def test_dense_form_takes_the_long_runs_below_topk(block_size: int, cols: int, heads: int,
                                                   monkeypatch) -> None:
     """One step of 38 rows in the dense form (dense_rows 2): a run of 3 rows from position 0, a
     run of 26 from 5 that crosses topk (its rows from 16 on attend by the index), a lone row
     (split form), a run of 7 of a third slot across the dense programs' row blocks, padding;
-    5 heads (a part-filled head block), rank 40 (masked latent columns) and dv 24; the wide
-    step's absorb and merge in column blocks of `cols` (16: three blocks of the rank and two of
-    dv, the last of each part filled)."""
+    part-filled head blocks (5 heads; 20 in two of the split form's 16), rank 40 (masked
+    latent columns) and dv 24; the wide step's absorb and merge in column blocks of `cols`
+    (16: three blocks of the rank and two of dv, the last of each part filled)."""
     monkeypatch.setattr(mla_emitter, "WIDE_COLS", cols)
+    monkeypatch.setattr(mla_emitter, "WIDE_BH", 16)
     d = DSASpec(4, 16, 16, 4, True, block_size)
-    m = MLASpec(5, 16, 24, 40, 0.25, d.width, block_size, head=d.topk)
+    m = MLASpec(heads, 16, 24, 40, 0.25, d.width, block_size, head=d.topk)
     h = Harness(d, m, slots=4, capacity=64, seed=14, dense_rows=2)
     for s, n in ((0, 9), (2, 5), (3, 9)):
         chunks(h, s, 0, [n])

@@ -86,12 +86,13 @@ MLA_WIDE = {"BM": 64, "BR": mla.WIDE_COLS, "BV": mla.WIDE_COLS, "SPLITS": 1}
 
 
 @pytest.mark.parametrize("kernel, consts, warps", [
-    ("dense", {}, mla.DENSE_WARPS), ("", {}, mla.ATTEND_WARPS), ("absorb", MLA_WIDE, 8),
-    ("out", MLA_WIDE, 8)])
+    ("dense", {}, mla.DENSE_WARPS), ("", {}, mla.ATTEND_WARPS),
+    ("", {"BH": mla.WIDE_BH}, mla.ATTEND_WARPS), ("absorb", MLA_WIDE, 8), ("out", MLA_WIDE, 8)])
 def test_mla_kernels_do_not_spill(kernel: str, consts: dict, warps: int, tmp_path) -> None:
     """The MLA's kernels at GLM-5.3-Flash's size (rank 512, paged latents): the dense and split
-    attention (an fp32 accumulator [rows x heads or heads, 512] each), and a wide step's
-    absorb and merge on their 64-row x WIDE_COLS tiles, as `mla.launch` runs them."""
+    attention (an fp32 accumulator [rows x heads or heads, 512] each; the split form at a wide
+    step's WIDE_BH heads too), and a wide step's absorb and merge on their 64-row x WIDE_COLS
+    tiles, as `mla.launch` runs them."""
     spec = MLASpec(64, 256, 256, 512, 256 ** -0.5, 2051, 64, head=2048)
     with overrides(interpret=False):
         source = mla.source("probe", spec)

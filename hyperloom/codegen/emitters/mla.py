@@ -52,6 +52,10 @@ from hyperloom.passes.kernel_plan import MLA_DENSE_ROWS
 
 BN = 32  # index entries per iteration
 MAX_BH = 32  # heads per attention program: acc [32, 512] fp32 is 64 registers a thread at 8 warps
+# in a step of more than FEW_ROWS rows (a prefill's rows past topk), WIDE_BH heads a program:
+# each row's latents gathered once, not once for every 32 heads, and M 64 takes a wgmma (ptxas
+# for sm_90 at rank 512: 244 registers, no spills); a decode step keeps MAX_BH and its splits
+WIDE_BH = 64
 ATTEND_WARPS = 8
 MAX_SPLITS = 16
 SMS = 132  # H200 multiprocessors
@@ -95,6 +99,11 @@ class MLASpec:
     @property
     def head_blocks(self) -> int:
         return cdiv(self.heads, self.head_block)
+
+    @property
+    def wide_head_block(self) -> int:
+        """Heads per attention program in a step of more than FEW_ROWS rows."""
+        return max(16, min(WIDE_BH, next_power_of_2(self.heads)))
 
 
 def kernel_names(name: str) -> tuple[str, str, str, str]:
@@ -411,8 +420,9 @@ def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: to
         attend_dense[(cdiv(rows, DENSE_BM), cdiv(h, DENSE_HB))](
             qa, slot, pos, latent, acc, ml, rows, *lat_strides, *table, BM=DENSE_BM,
             HB=DENSE_HB, BN=DENSE_BN, num_warps=DENSE_WARPS)
-    attend[(rows, spec.head_blocks, n)](qa, index, slot, pos, latent, acc, ml, rows,
-                                        index.stride(0), *lat_strides, *table, DENSE=dense,
-                                        num_warps=ATTEND_WARPS)
+    bh = spec.wide_head_block if wide else spec.head_block
+    attend[(rows, cdiv(h, bh), n)](qa, index, slot, pos, latent, acc, ml, rows, index.stride(0),
+                                   *lat_strides, *table, BH=bh, DENSE=dense,
+                                   num_warps=ATTEND_WARPS)
     merge[(cdiv(rows, bm), h, cdiv(spec.v_head_dim, bv))](
         acc, ml, wkvb, out, rows, out.stride(0), SPLITS=n, BM=bm, BV=bv, num_warps=warps)
