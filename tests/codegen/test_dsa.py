@@ -332,6 +332,7 @@ def test_dense_form_takes_the_long_runs_below_topk(block_size: int, cols: int, h
     (16: three blocks of the rank and two of dv, the last of each part filled)."""
     monkeypatch.setattr(mla_emitter, "WIDE_COLS", cols)
     monkeypatch.setattr(mla_emitter, "WIDE_BH", 16)
+    monkeypatch.setattr(mla_emitter, "WIDE_ROWS", 32)  # the 38-row step is wide
     d = DSASpec(4, 16, 16, 4, True, block_size)
     m = MLASpec(heads, 16, 24, 40, 0.25, d.width, block_size, head=d.topk)
     h = Harness(d, m, slots=4, capacity=64, seed=14, dense_rows=2)

@@ -52,7 +52,7 @@ from hyperloom.passes.kernel_plan import MLA_DENSE_ROWS
 
 BN = 32  # index entries per iteration
 MAX_BH = 32  # heads per attention program: acc [32, 512] fp32 is 64 registers a thread at 8 warps
-# in a step of more than FEW_ROWS rows (a prefill's rows past topk), WIDE_BH heads a program:
+# in a step of WIDE_ROWS rows or more (a prefill's rows past topk), WIDE_BH heads a program:
 # each row's latents gathered once, not once for every 32 heads, and M 64 takes a wgmma (ptxas
 # for sm_90 at rank 512: 244 registers, no spills); a decode step keeps MAX_BH and its splits
 WIDE_BH = 64
@@ -65,12 +65,12 @@ DENSE_ROWS = MLA_DENSE_ROWS  # the plan counts the dense kernel's launch by the 
 # for sm_90 at GLM-5.3-Flash's rank 512 (3 stages of latent tiles): 252 registers, no spills;
 # at M 64 (the least a wgmma takes), 64 tokens or 4 warps: 255 and spills
 DENSE_BM, DENSE_HB, DENSE_BN, DENSE_WARPS = 8, 4, 32, 8
-# absorb and merge programs of a step of more than FEW_ROWS rows take 64 rows and up to
-# WIDE_COLS columns (16 rows and 64 columns in smaller steps, where more programs matter). On
+# absorb and merge programs take 16 rows in a step of FEW_ROWS rows or less, else 64; from
+# WIDE_ROWS rows (enough 64-row programs to fill the GPU) up to WIDE_COLS columns, else 64. On
 # 64-column blocks a merge read a head's fp32 partials once a block (4 times at dv 256: about
 # 1 GB at 2048 rows, 300 us of GLM-5.3-Flash's prefill), the absorb its q 8 times at rank 512.
 # ptxas for sm_90 at 64 rows x 256 columns, 8 warps: absorb 106 registers, merge 155, no spills
-WIDE_COLS, FEW_ROWS = 256, 16
+WIDE_COLS, FEW_ROWS, WIDE_ROWS = 256, 16, 256
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class MLASpec:
 
     @property
     def wide_head_block(self) -> int:
-        """Heads per attention program in a step of more than FEW_ROWS rows."""
+        """Heads per attention program in a step of WIDE_ROWS rows or more."""
         return max(16, min(WIDE_BH, next_power_of_2(self.heads)))
 
 
@@ -409,8 +409,8 @@ def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: to
     n = 1 if dense else splits(spec, rows, max_splits)
     _need(qa.shape[0] >= rows and acc.shape[0] >= rows * n and ml.shape[0] >= rows * n,
           "MLA scratch does not fit")
-    wide = rows > FEW_ROWS
-    h, (bm, warps) = spec.heads, ((64, 8) if wide else (16, 4))  # sm_90a: no spills
+    wide = rows >= WIDE_ROWS
+    h, (bm, warps) = spec.heads, ((64, 8) if rows > FEW_ROWS else (16, 4))  # sm_90a: no spills
     br, bv = _br(spec, wide), _bv(spec, wide)
     lat_strides = (latent.stride(0), latent.stride(1))
     absorb[(cdiv(rows, bm), h, cdiv(spec.rank, br))](
