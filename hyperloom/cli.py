@@ -180,6 +180,8 @@ def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,
     """The scenarios to run, in order, as callables returning their Result."""
     from functools import partial
 
+    from hyperloom.bench.kda import DECAYS
+
     runs = []
     if "decode" in wanted:
         shapes = _decode_shapes(args.ctx or (DECODE_GPU if gpu else DECODE_CPU))
@@ -192,7 +194,8 @@ def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,
     if "kda-layer" in wanted:
         runs += [partial(kda.layer, b) for b in _sizes(args.kda_batch, "1,16", "1,3", gpu)]
     if "kda-prefill" in wanted:
-        runs += [partial(kda.prefill, n) for n in _sizes(args.kda_tokens, "8192", "20", gpu)]
+        runs += [partial(kda.prefill, n, d) for n in _sizes(args.kda_tokens, "8192", "20", gpu)
+                 for d in DECAYS]
     if "moe-decode" in wanted:
         runs += [partial(moe.step, b) for b in _sizes(args.moe_batch, "1,16,64", "1,3", gpu)]
     if "moe-prefill" in wanted:

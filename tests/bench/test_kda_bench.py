@@ -61,9 +61,10 @@ def test_kda_scenarios_write_their_rows(no_fla, monkeypatch, tmp_path):
                      "--kda-batch", "1,2", "--kda-tokens", "6", "--profile", "--json", str(out))
     assert rc == 0
     rows = json.loads(out.read_text())["results"]
-    assert [r["scenario"] for r in rows] == ["kda step b1", "kda step b2", "kda prefill 6"]
+    assert [r["scenario"] for r in rows] == ["kda step b1", "kda step b2", "kda prefill 6",
+                                              "kda prefill 6 steep decay"]
     spec = KDASpec(4, 16)  # GLM tiny's KDA layer
-    for r, (batch, tokens) in zip(rows, [(1, 1), (2, 1), (1, 6)]):
+    for r, (batch, tokens) in zip(rows, [(1, 1), (2, 1), (1, 6), (1, 6)]):
         assert r["ours_s"] > 0 and r["unit"] == "bytes"
         assert r["work"] == kda_bytes(spec, batch, tokens, torch.float32)
         assert r["rel_err_vs_eager"] <= 1e-4 and r["kernels_per_step"] == 1
@@ -71,14 +72,15 @@ def test_kda_scenarios_write_their_rows(no_fla, monkeypatch, tmp_path):
         assert r["baselines_s"] == {} and r["vs_fla"] is None and r["baseline"] is None
         assert "not importable" in r["notes"][0]
         assert r["profile"] and r["profile"][0]["us_per_step"] > 0
-    b1, b2, prefill = rows
+    b1, b2, prefill, steep = rows
     assert (b1["batch"], b2["batch"]) == (1, 2)
     assert b2["vs_b1"] == pytest.approx(b2["ours_s"] / b1["ours_s"])
     assert "batch" not in prefill
-    assert prefill["ours_kernel"].startswith("emitters.kda (recurrent) over the whole run")
+    for r in (prefill, steep):
+        assert r["ours_kernel"].startswith("emitters.kda (recurrent) over the whole run")
     lines = [ln for ln in text.splitlines() if ln.startswith("kda ")]
-    assert len(lines) == 2 * 3 and all("no baseline" in ln for ln in lines)
-    assert text.count("note: flash-linear-attention not importable") == 2 * 3
+    assert len(lines) == 2 * 4 and all("no baseline" in ln for ln in lines)
+    assert text.count("note: flash-linear-attention not importable") == 2 * 4
     assert "targets" not in text  # no target's row ran at its size
 
 
@@ -275,3 +277,14 @@ def test_kda_layer_refuses_a_wrong_state(monkeypatch):
 def test_kda_layer_needs_an_mhc_kda_model():
     with pytest.raises(InputError, match="kda-layer: llama has no mHC KDA layer"):
         _bench("llama").layer(1)
+
+
+def test_prefill_decays_are_mild_and_steep():
+    """kda-prefill's inputs: the mild decay (the target's row) and the steep one (GLM-5.3's
+    gate on random weights), medians -0.6 and -2.5 in [-5, 0)."""
+    gen = torch.Generator().manual_seed(0)
+    for decay, median in (("mild", -0.6), ("steep", -2.5)):
+        g = kda_bench.make_inputs(KDASpec(4, 16), 1, 256, torch.device("cpu"), torch.float32,
+                                  gen, decay).g
+        assert g.median().item() == pytest.approx(median, abs=0.1), decay
+        assert (g < 0).all() and (g >= kda_bench.LOWER_BOUND).all(), decay
