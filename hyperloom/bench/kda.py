@@ -38,11 +38,23 @@ SCENARIOS = ("kda-decode", "kda-prefill", "kda-layer")
 GLM_WIDTH = (64, 128)  # GLM-5.3's KDA layer (heads, head_dim): a model without KDA on a GPU
 CPU_WIDTH = (2, 16)  # a model without KDA on the interpreter
 LOWER_BOUND = -5.0  # GLM's bounded gate: g = -5 sigmoid(.) in [-5, 0)
-# the prefill's decay inputs, g = -5 sigmoid(N(0, 1) + shift): "mild", median -0.6 (most
-# channels keep their state over a chunk: the target row); "steep", median -2.5, as GLM-5.3's
-# gate makes it on random weights (f_b's output and dt_bias near N(0, 1)), where a 16-row
-# block's decay passes -64 in some channel more often (the in-chunk kernel's exact form)
-DECAYS = {"mild": -2.0, "steep": 0.0}
+# the prefill's decay inputs: "mild", g = -5 sigmoid(N(0, 1) - 2), median -0.6, every element
+# drawn alike; "model", GLM-5.3's gate as it is on random weights, g = -5 sigmoid(exp(A_log_h)
+# (f + dt_bias_c)) with f ~ N(0, 1) and A_log, dt_bias ~ N(0, 0.5) (random_weights): median
+# -2.5, and a channel with a large dt_bias decays fast on every row, so about a third of the
+# 16-row blocks of a head pass -64 in some channel (the in-chunk kernel's exact form; none do
+# on the mild inputs)
+DECAYS = ("mild", "model")
+
+
+def _decay(decay: str, rows: int, heads: int, d: int, gen: torch.Generator) -> torch.Tensor:
+    """g [rows, heads * d] of DECAYS' `decay`."""
+    f = torch.randn((rows, heads, d), generator=gen)
+    if decay == "mild":
+        return (LOWER_BOUND * torch.sigmoid(f - 2)).flatten(1)
+    rate = torch.exp(torch.randn((1, heads, 1), generator=gen) * 0.5)
+    bias = torch.randn((1, heads, d), generator=gen) * 0.5
+    return (LOWER_BOUND * torch.sigmoid(rate * (f + bias))).flatten(1)
 STATE = "bench"  # the reference's state name
 
 # (outputs [rows, H*d], final state [B, H, d, d]) of one run, from a step's static buffers
@@ -100,13 +112,13 @@ class Inputs:
 
 def make_inputs(spec: KDASpec, batch: int, tokens: int, device: torch.device,
                 dtype: torch.dtype, gen: torch.Generator, decay: str = "mild") -> Inputs:
-    """Random rows (g in [-5, 0) as DECAYS[decay] shapes it) and a random starting state."""
+    """Random rows (g in [-5, 0) of the `decay` kind, DECAYS) and a random starting state."""
     rows, hd = batch * tokens, spec.heads * spec.head_dim
 
     def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
         return (torch.randn(shape, generator=gen) * scale).to(device, dtype)
 
-    g = LOWER_BOUND * torch.sigmoid(torch.randn((rows, hd), generator=gen) + DECAYS[decay])
+    g = _decay(decay, rows, spec.heads, spec.head_dim, gen)
     state = torch.randn((batch, spec.heads, spec.head_dim, spec.head_dim), generator=gen) * 0.1
     return Inputs(rand(rows, hd), rand(rows, hd), rand(rows, hd), g.to(device, dtype),
                   rand(rows, spec.heads, scale=2.0),

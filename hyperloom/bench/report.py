@@ -93,7 +93,7 @@ TARGETS = (*(("llama", name, key, bound, least) for name, key, bound, least in (
            ("", "kda step b1", "vs_fla", 2.0, True),
            ("", "kda step b16", "fraction_of_limit", 0.80, True),
            ("", "kda prefill 8192", "vs_fla", 1.0, True),
-           ("", "kda prefill 8192 steep decay", "vs_fla", 1.0, True),
+           ("", "kda prefill 8192 model decay", "vs_fla", 1.0, True),
            ("", "kda layer b1", "fraction_of_limit", 0.70, True),
            ("", "kda layer b16", "fraction_of_limit", 0.70, True),
            *(("", f"dsa step b{b} ctx131072", key, bound, least) for b in (1, 16)

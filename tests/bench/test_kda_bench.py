@@ -27,6 +27,7 @@ from hyperloom.bench.measure import Limits
 from hyperloom.bench.scenarios import AgreementError, Bench
 from hyperloom.cli import main
 from hyperloom.codegen.emitters import kda as recurrent
+from hyperloom.codegen.emitters import kda_chunk_intra
 from hyperloom.codegen.emitters.kda import KDASpec
 from hyperloom.errors import InputError
 from hyperloom.ir.types import DType
@@ -62,7 +63,7 @@ def test_kda_scenarios_write_their_rows(no_fla, monkeypatch, tmp_path):
     assert rc == 0
     rows = json.loads(out.read_text())["results"]
     assert [r["scenario"] for r in rows] == ["kda step b1", "kda step b2", "kda prefill 6",
-                                              "kda prefill 6 steep decay"]
+                                              "kda prefill 6 model decay"]
     spec = KDASpec(4, 16)  # GLM tiny's KDA layer
     for r, (batch, tokens) in zip(rows, [(1, 1), (2, 1), (1, 6), (1, 6)]):
         assert r["ours_s"] > 0 and r["unit"] == "bytes"
@@ -279,12 +280,16 @@ def test_kda_layer_needs_an_mhc_kda_model():
         _bench("llama").layer(1)
 
 
-def test_prefill_decays_are_mild_and_steep():
-    """kda-prefill's inputs: the mild decay (the target's row) and the steep one (GLM-5.3's
-    gate on random weights), medians -0.6 and -2.5 in [-5, 0)."""
+def test_prefill_decays_mild_and_as_the_model():
+    """kda-prefill's inputs: the mild decay and the model's (GLM-5.3's gate on random weights),
+    medians -0.6 and -2.5 in [-5, 0); the model's puts a share of 16-row blocks past the
+    in-chunk kernel's -64 (its exact form), the mild none."""
     gen = torch.Generator().manual_seed(0)
-    for decay, median in (("mild", -0.6), ("steep", -2.5)):
-        g = kda_bench.make_inputs(KDASpec(4, 16), 1, 256, torch.device("cpu"), torch.float32,
+    for decay, median, steep in (("mild", -0.6, (0.0, 0.0)), ("model", -2.5, (0.2, 0.6))):
+        g = kda_bench.make_inputs(KDASpec(64, 128), 1, 512, torch.device("cpu"), torch.float32,
                                   gen, decay).g
         assert g.median().item() == pytest.approx(median, abs=0.1), decay
         assert (g < 0).all() and (g >= kda_bench.LOWER_BOUND).all(), decay
+        blocks = g.view(32, 16, 64, 128).cumsum(1)[:, -1].amin(-1)  # [block, head]
+        share = (blocks < -kda_chunk_intra.STEEP).float().mean().item()
+        assert steep[0] <= share <= steep[1], (decay, share)
