@@ -150,6 +150,22 @@ def test_steep_decays() -> None:
     assert_close(state, want, torch.float32, "state")
 
 
+def test_decays_at_the_gate_bound_take_the_factored_diagonal(monkeypatch) -> None:
+    # g in [-5, -4.5] a token, GLM-5.3's bound: a 16-row block's decay from its start passes
+    # -64 (the factored diagonal once needed the exact form there), but never drifts more than
+    # 40 from its middle row's, the factored form's reference; the exact form is poisoned here
+    real = kda_chunk.source
+    monkeypatch.setattr(kda_chunk, "source", lambda *a, **kw: real(*a, **kw).replace(
+        "            ad += da\n", "            ad += da * float('nan')\n"))
+    step = ChunkStep(KDAChunkSpec(2, 16), [0] * 70, "cpu", torch.float32, seed=12)
+    step.g = -5.0 + 0.5 * torch.rand(step.g.shape, generator=torch.Generator().manual_seed(12))
+    state = step.state.clone()
+    step.run(state)
+    out, want = step.reference(torch.float64)
+    assert_close(step.out, out, torch.float32, "out")
+    assert_close(state, want, torch.float32, "state")
+
+
 def test_steep_and_mild_heads_in_one_launch() -> None:
     # head 0 steep (every block past the factored diagonal's range: the exact form), head 1
     # mild (the factored form), in the same blocks of the same launch
