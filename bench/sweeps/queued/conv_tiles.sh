@@ -4,7 +4,8 @@
 # prefill 256 and 2048 rows, decode b1 and b16, verify 4x4; a tile variant runs the tiled form
 # on every shape). (2) The chunked KDA prefill at 2048 and 8192 tokens against fla, profiled,
 # on mild and model-like decay inputs: in GLM-5.3-Flash's 2048-token prefill (7c05218) the
-# in-chunk kernel took 475 us a layer, against 708 us for 8192 tokens on the mild inputs.
+# in-chunk kernel took 475 us a layer, against 708 us for 8192 tokens on the mild inputs (the
+# exact form of blocks past -64 from their start, likely; a9734c7 measures from the middle row).
 # Run from the repository root with transformers' wheel on PYTHONPATH; logs under $OUT.
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fla .whl/fla/*.whl
 PYTHONPATH=/tmp/fla:$PYTHONPATH timeout 330 python3 -m hyperloom.cli bench glm5next \
