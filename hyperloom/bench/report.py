@@ -115,7 +115,7 @@ def header(rec: dict) -> str:
              f"{m['matmul_flop_per_s'] / 1e12:.1f} TFLOP/s matmul"]
     if not m["meaningful"]:
         lines.append("CPU run (Triton interpreter, fp32): these numbers mean nothing about speed")
-    head = (f"{'scenario':<22}{'ours':>11}  {'baseline':<28}{'x':>7}  {'% limit':>8}  kernels"
+    head = (f"{'scenario':<28}{'ours':>11}  {'baseline':<28}{'x':>7}  {'% limit':>8}  kernels"
             f"  {'vs b1':>6}")
     return "\n".join(lines + [head, "-" * len(head)]) + "\n"
 
@@ -126,7 +126,7 @@ def rows(r: dict) -> str:
     lines = []
     vs = f"  {r['vs_b1']:>5.2f}x" if r.get("vs_b1") else ""
     for i, (mode, t) in enumerate(r["baselines_s"].items() or [(None, None)]):
-        lead = f"{r['scenario']:<22}{r['ours_s'] * 1e3:>9.3f}ms" if i == 0 else " " * 33
+        lead = f"{r['scenario']:<28}{r['ours_s'] * 1e3:>9.3f}ms" if i == 0 else " " * 39
         tail = (f"  {100 * r['fraction_of_limit']:>7.1f}%  {r['kernels_per_step']:>7}{vs}"
                 if i == 0 else "")
         base = (f"{mode + f' {t * 1e3:.3f}ms':<28}{r['speedup'][mode]:>6.2f}x" if mode
