@@ -257,11 +257,12 @@ def _dense_source(name: str, spec: MLASpec) -> str:
     bs = spec.block_size
     table, page = paging.params(bs)
     at = paging.row(bs, "lat", "s0", "t", "ok")
+    paged = table.strip() + " " if table else ""
     head, tail = runtime_loop("t0", "0", "top", "BN", " " * 8)
     return f'''
 @triton.jit
-def {name}(qa_ptr, slot_ptr, pos_ptr, lat_ptr, acc_ptr, ml_ptr, rows, lat_s0, lat_s1,{table}
-        H: tl.constexpr = {spec.heads}, R: tl.constexpr = {spec.rank},
+def {name}(qa_ptr, slot_ptr, pos_ptr, lat_ptr, acc_ptr, ml_ptr, rows, lat_s0, lat_s1, capacity,
+        {paged}H: tl.constexpr = {spec.heads}, R: tl.constexpr = {spec.rank},
         RP: tl.constexpr = {_p2(spec.rank)}, HEAD: tl.constexpr = {spec.head},
         BM: tl.constexpr = {DENSE_BM}, HB: tl.constexpr = {DENSE_HB},
         BN: tl.constexpr = {DENSE_BN}, QK_SCALE: tl.constexpr = {spec.scale * LOG2E!r}{page}):
@@ -287,7 +288,7 @@ def {name}(qa_ptr, slot_ptr, pos_ptr, lat_ptr, acc_ptr, ml_ptr, rows, lat_s0, la
         l_i = tl.zeros((BM * HB,), tl.float32)
         acc = tl.zeros((BM * HB, RP), tl.float32)
 {head}            t = t0 + n
-            ok = t < top
+            ok = (t < top) & (t < capacity)  # a row past the cache reads none of it
             lat = tl.load(lat_ptr + ({at})[:, None] + c[None, :],
                           mask=ok[:, None] & cm[None, :], other=0.0)
             m_i, l_i, acc = _attend_tile(q, lat, t[None, :] < lim[:, None], m_i, l_i, acc,
@@ -418,7 +419,7 @@ def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: to
         capacity, *table, BM=bm, BR=br, num_warps=warps)
     if dense:
         attend_dense[(cdiv(rows, DENSE_BM), cdiv(h, DENSE_HB))](
-            qa, slot, pos, latent, acc, ml, rows, *lat_strides, *table, BM=DENSE_BM,
+            qa, slot, pos, latent, acc, ml, rows, *lat_strides, capacity, *table, BM=DENSE_BM,
             HB=DENSE_HB, BN=DENSE_BN, num_warps=DENSE_WARPS)
     bh = spec.wide_head_block if wide else spec.head_block
     attend[(rows, cdiv(h, bh), n)](qa, index, slot, pos, latent, acc, ml, rows, index.stride(0),
