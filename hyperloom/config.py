@@ -32,6 +32,10 @@ class Config:
         "help": "a one-row decode step finishes each mHC site's hc_pre in the last program of "
                 "the GEMM whose hc_post epilogue wrote its streams (one launch a site fewer: "
                 "decode 0.596 -> 0.580 ms on the H200, BENCHMARKS)"})
+    conv_gate: bool = field(default=True, metadata={
+        "help": "a step of at most 16 rows runs each KDA layer's f_b GEMM and decay gate as "
+                "more programs of its conv's launch (both read only the front projections' "
+                "outputs): one launch a KDA layer fewer at decode"})
     eager_replay: bool = field(default=True, metadata={
         "help": "a GPU step of Python launches (prefill) replays its shape's first step's "
                 "compiled kernels on the same arguments, past Triton's argument binding (H200: "

@@ -59,13 +59,18 @@ def header(entry: KernelEntry) -> str:
 
 
 def entry_spec(entry: KernelEntry, types: dict):
-    """The emitter spec of a plan entry: its node's, plus the site a GEMM finishes."""
+    """The emitter spec of a plan entry: its node's, plus the site a GEMM finishes or the gate
+    a KDA conv carries."""
     if entry.emitter not in EMITTERS:
         raise CodegenError(f"no emitter {entry.emitter!r} for {entry.name}; emitters: "
                            f"{', '.join(EMITTERS)}")
     spec = EMITTERS[entry.emitter][0](entry.node, types)
     if entry.finishes is not None:
         spec = dataclasses.replace(spec, site=hc_pre_spec(entry.finishes.node, types))
+    if entry.carries is not None:
+        gate = entry.carries.node  # linear_kda_gate(f, wf, dt_bias, a_log)
+        spec = dataclasses.replace(spec, gate=kda_gate_spec(gate, types),
+                                   rank=int(types[gate.args[1]].shape[1]))
     return spec
 
 

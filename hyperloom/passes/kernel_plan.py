@@ -5,6 +5,7 @@ Ops with no emitter yet run on the reference interpreter, and the plan says so."
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
@@ -54,8 +55,8 @@ GRIDS = {
     "attention": "decode: split (R, kv_heads, S) | rope_kv (R,) ; attend",
     "kda": "(R, heads, d / BV) | chunked: (1,) ; (chunks, heads, C/16) ; (chunks, heads) ; "
            "(chunks, heads, d/BK) ; (d/BV, heads, runs)",
-    "kda_conv": f"(R, 3 * cdiv(C, BC)) up to {KDA_CONV_SERIAL_ROWS} rows a sequence | "
-                "(cdiv(R, BR), 3 * cdiv(C, BC))",
+    "kda_conv": f"(R, 3 * cdiv(C, BC) [+ W / 64 gate]) up to {KDA_CONV_SERIAL_ROWS} rows a "
+                "sequence | (cdiv(R, BR), 3 * cdiv(C, BC))",
     "kda_gate": "(R, cdiv(W, BW))",
     "norm": "(R, width / group)",
     "moe_router": "(R/BM, E/BN, splits) ; (R,)",
@@ -82,15 +83,22 @@ class KernelEntry:
     # entry right after it (which then launches nothing at one row: `folded`)
     finishes: KernelEntry | None = None
     folded: bool = False
+    # CONFIG.conv_gate: a KDA conv that runs, in steps of at most GEMV_ROWS rows, the f_b GEMM
+    # and decay gate entry right after it as more programs of its launch (which then launches
+    # nothing there: `carried`)
+    carries: KernelEntry | None = None
+    carried: bool = False
 
     def launches_at(self, rows: int, decode: bool = False) -> int:
-        if self.folded and folds(rows):
+        if (self.folded and folds(rows)) or (self.carried and rows <= GEMV_ROWS):
             return 0
         rows = 1 if decode and self.batched else rows
         return next(n for most, n in self.counts if most is None or rows <= most)
 
     def line(self) -> str:
         also = f"; finishes {self.finishes.name} at one row" if self.finishes else ""
+        also += (f"; runs {self.carries.name} up to {GEMV_ROWS} rows" if self.carries
+                 else "")
         return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
                 f"fuses {', '.join(self.node.sources)}{also}")
 
@@ -184,7 +192,41 @@ def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
             binds += (f"${node.state}.* -> state pool",)
         kernels.append(KernelEntry(name, emitter, node, binds, _launches(node, emitter, types),
                                    batched=emitter in ("attention", "kda")))
-    return KernelPlan(graph.name, tuple(_fold_sites(kernels) if CONFIG.fold_sites else kernels))
+    if CONFIG.fold_sites:
+        kernels = _fold_sites(kernels)
+    if CONFIG.conv_gate:
+        kernels = _carry_gates(kernels, arena)
+    return KernelPlan(graph.name, tuple(kernels))
+
+
+def _overlap(a: str, b: str, arena: ArenaPlan) -> bool:
+    """Whether values a and b may share bytes of the arena (params and row inputs share none)."""
+    pa, pb = arena.values.get(a), arena.values.get(b)
+    if pa is None or pb is None:
+        return False
+    if pa.buffer == pb.buffer:
+        return pa.col < pb.col + math.prod(pb.shape) and pb.col < pa.col + math.prod(pa.shape)
+    ba, bb = (next(x for x in arena.buffers if x.name == p.buffer) for p in (pa, pb))
+    return ba.offset < bb.offset + bb.nbytes and bb.offset < ba.offset + ba.nbytes
+
+
+def _carry_gates(kernels: list[KernelEntry], arena: ArenaPlan) -> list[KernelEntry]:
+    """Pair each KDA conv with the f_b GEMM + decay gate entry right after it when that GEMM
+    reads nothing the conv writes and writes nothing the conv touches (its output is written
+    ahead of its plan position, inside the conv's launch)."""
+    out = list(kernels)
+    for i, (k, nxt) in enumerate(zip(kernels, kernels[1:])):
+        if k.emitter != "kda_conv" or nxt.emitter != "matmul" \
+                or nxt.node.op is not Op.LINEAR_KDA_GATE or nxt.finishes is not None \
+                or getattr(nxt.node.attrs, "eps", None) is not None:
+            continue
+        touched = k.node.args + k.node.outs
+        if set(nxt.node.args) & set(k.node.outs) or \
+                any(_overlap(nxt.node.outs[0], v, arena) for v in touched):
+            continue
+        out[i + 1] = dataclasses.replace(nxt, carried=True)
+        out[i] = dataclasses.replace(k, carries=out[i + 1])
+    return out
 
 
 def _fold_sites(kernels: list[KernelEntry]) -> list[KernelEntry]:

@@ -35,7 +35,6 @@ from hyperloom.codegen.specs import (
     embedding_spec,
     hc_post_spec,
     hc_pre_spec,
-    kda_conv_spec,
     kda_gate_spec,
     kda_spec,
     mla_spec,
@@ -106,7 +105,11 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         fn, base, scale = (o[a] for a in site.args[1:])
         extra["site"] = matmul.Site(fn, base, scale, *(o[v] for v in site.outs),
                                     *_hc_pre_scratch(spec.site, out, o, device))
-    return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
+
+    def run(rows: int, _: int) -> None:
+        if entry.launches_at(rows):  # a gate a KDA conv carries runs in its launch up to 16 rows
+            matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
+    return run
 
 
 def _hc_pre_scratch(spec: hc_pre.HCPreSpec, x: torch.Tensor, o: Operands,
@@ -200,15 +203,19 @@ def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
 
 
 def _kda_conv(entry: KernelEntry, o: Operands, device) -> Launch:
-    node, spec = entry.node, kda_conv_spec(entry.node, o.types)
+    node, spec = entry.node, entry_spec(entry, o.types)  # with the gate it carries
     src = o.source(entry)
     kerns = tuple(load(src, n, device, entry.name) for n in kda_conv.kernel_names(entry.name))
     q, k, v, wq, wk, wv, slot, _ = (o[a] for a in node.args)
     oq, ok, ov = (o[v] for v in node.outs)
     window = o.state[node.attrs.state + ".conv"]
+    gate = None
+    if entry.carries is not None:  # linear_kda_gate(f, wf, dt_bias, a_log) -> g
+        gnode = entry.carries.node
+        gate = kda_conv.Gate(*(o[a] for a in gnode.args), o[gnode.outs[0]])
     return lambda rows, seq_rows: kda_conv.launch(
         kerns, spec, q=q, k=k, v=v, wq=wq, wk=wk, wv=wv, slot=slot, window=window, oq=oq, ok=ok,
-        ov=ov, rows=rows, seq_rows=seq_rows)
+        ov=ov, rows=rows, seq_rows=seq_rows, gate=gate)
 
 
 def _kda_gate(entry: KernelEntry, o: Operands, device) -> Launch:

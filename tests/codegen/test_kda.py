@@ -12,7 +12,9 @@ import torch
 
 from hyperloom.bench.kda import conv_reference
 from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters import kda_conv
 from hyperloom.codegen.emitters.kda import KDASpec, launch, source
+from hyperloom.codegen.emitters.kda_gate import KDAGateSpec
 from hyperloom.codegen.emitters.kda_conv import CONV_TILE, SERIAL_ROWS, ConvSpec, Tile, \
     kernel_names
 from hyperloom.codegen.emitters.kda_conv import launch as conv_launch
@@ -148,6 +150,7 @@ class ConvStep:
         self.window = torch.randn((self.slots, 3 * c, kn - 1), generator=gen).to(device)
         self.out = [torch.full((t, c), float("nan"), dtype=dtype, device=device)
                     for _ in range(3)]
+        self.gate = None  # a carried gate's operands (kda_conv.Gate), when spec.gate
 
     def run(self, window: torch.Tensor, rows: slice | None = None, tile: Tile = CONV_TILE,
             serial_rows: int = SERIAL_ROWS) -> None:
@@ -161,7 +164,7 @@ class ConvStep:
                     wq=self.w[0], wk=self.w[1], wv=self.w[2], slot=slot, window=window,
                     oq=self.out[0][rows], ok=self.out[1][rows], ov=self.out[2][rows],
                     rows=rows.stop - rows.start, seq_rows=seq_rows, tile=tile,
-                    serial_rows=serial_rows)
+                    serial_rows=serial_rows, gate=self.gate)
 
     def reference(self, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         return conv_reference(self.spec, [self.q, self.k, self.v], self.w, self.slot,
@@ -211,6 +214,45 @@ def test_kda_conv_rows_over_several_programs(layout: str, kernel: int, form: str
                                      seed=len(slot)), tile, 1 << 62 if form == "runs" else 0)
 
 
+@pytest.mark.parametrize("lower_bound", [-5.0, None])  # GLM-5.3's gate; the softplus form
+@pytest.mark.parametrize("slot", [[0], SLOT_ROWS, [1] * 16, [2] * 20])
+def test_kda_conv_carries_the_gate(lower_bound: float | None, slot: list[int]) -> None:
+    """A conv launch carrying the f_b GEMM + decay gate (heads 3 x 24: W 72, two 64-column gate
+    programs, the last part filled; rank 20): up to GATE_ROWS rows it writes g = gate(f wf^T)
+    for every row, padding's too, as the GEMM entry would (the tiled form asked for, the run
+    form taken); past them it leaves g to that entry; the conv's outputs either way."""
+    gspec = KDAGateSpec(3, 24, lower_bound)
+    spec = ConvSpec(16, 4, gate=gspec, rank=20)
+    step = ConvStep(spec, slot, "cpu", torch.float32, seed=len(slot))
+    rows = len(slot)
+    gen = torch.Generator().manual_seed(rows)
+    f = torch.randn((rows, 27), generator=gen)[:, 3:23]  # a column slice, as f_a's output
+    wf = torch.randn((72, 20), generator=gen) * 20 ** -0.5
+    dt_bias, a_log = torch.randn(72, generator=gen), torch.randn(3, generator=gen) * 0.5
+    g = torch.full((rows, 72), float("nan"))
+    step.gate = kda_conv.Gate(f, wf, dt_bias, a_log, g)
+    window = _conv_matches_reference(step, serial_rows=0)
+    assert torch.equal(window[3], step.window[3]), "an idle slot's window changed"
+    if rows > kda_conv.GATE_ROWS:
+        assert g.isnan().all(), "a wide step's gate is the GEMM entry's"
+        return
+    at = ops.KDAGateAttrs(3, 24, lower_bound)
+    want = kda.kda_gate(Ctx(torch.float64, None, ()), at, f.double() @ wf.double().T,
+                        dt_bias.double(), a_log.double())
+    assert_close(g, want, torch.float32, "carried gate")
+
+
+def test_kda_conv_gate_needs_its_operands() -> None:
+    spec = ConvSpec(16, 4, gate=KDAGateSpec(3, 24, -5.0), rank=20)
+    step = ConvStep(spec, [0, 0], "cpu", torch.float32, seed=1)
+    with pytest.raises(ValueError, match="carried gate needs the gate's operands"):
+        step.run(step.window.clone())
+    step.gate = kda_conv.Gate(torch.zeros(2, 20), torch.zeros(72, 21), torch.zeros(72),
+                              torch.zeros(3), torch.zeros(2, 72))
+    with pytest.raises(ValueError, match=r"gate wf: \[72, 20\] .* got \(72, 21\)"):
+        step.run(step.window.clone())
+
+
 @pytest.mark.parametrize("serial_rows", [0, SERIAL_ROWS])
 def test_kda_conv_run_split_over_two_steps(serial_rows: int) -> None:
     step = ConvStep(ConvSpec(32, 4), [4] * 5, "cpu", torch.float32, seed=3)
@@ -238,3 +280,22 @@ def test_kda_conv_gpu(slot: list[int]) -> None:
         assert_rel(got[live].float(), ref, 1e-2, f"conv {name}")
         assert got[~live].isnan().all(), f"conv {name}: a padding row was written"
     assert_rel(window, want, 1e-2, "window")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("slot", [[0], list(range(16))])
+def test_kda_conv_carried_gate_gpu(slot: list[int]) -> None:
+    """The decode conv carrying f_b + the decay gate at GLM-5.3's width, bf16 weights and f."""
+    spec = ConvSpec(64 * 128, 4, gate=KDAGateSpec(64, 128, -5.0), rank=128)
+    step = ConvStep(spec, slot, "cuda", torch.bfloat16, seed=len(slot))
+    gen = torch.Generator().manual_seed(7)
+    f = torch.randn((len(slot), 128), generator=gen).to("cuda", torch.bfloat16)
+    wf = (torch.randn((8192, 128), generator=gen) * 128 ** -0.5).to("cuda", torch.bfloat16)
+    dt_bias, a_log = torch.randn(8192, generator=gen) * 0.5, torch.randn(64, generator=gen) * 0.5
+    g = torch.full((len(slot), 8192), float("nan"), device="cuda")
+    step.gate = kda_conv.Gate(f, wf, dt_bias.cuda(), a_log.cuda(), g)
+    step.run(step.window.clone())
+    at = ops.KDAGateAttrs(64, 128, -5.0)
+    want = kda.kda_gate(Ctx(torch.float64, None, ()), at, f.double() @ wf.double().T,
+                        dt_bias.double().cuda(), a_log.double().cuda())
+    assert_rel(g, want, 1e-2, "carried gate")

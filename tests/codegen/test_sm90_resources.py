@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from hyperloom.codegen.emitters import dsa as dsa_emitter
-from hyperloom.codegen.emitters import kda_chunk, matmul, mla, moe_experts
+from hyperloom.codegen.emitters import kda_chunk, kda_conv, matmul, mla, moe_experts
 from hyperloom.codegen.emitters.dsa import DSASpec
+from hyperloom.codegen.emitters.kda_gate import KDAGateSpec
 from hyperloom.codegen.emitters.mla import MLASpec
 from hyperloom.config import overrides
 
@@ -103,6 +104,22 @@ def test_mla_kernels_do_not_spill(kernel: str, consts: dict, warps: int, tmp_pat
     k = _sm90(tmp_path, source, f"probe_{kernel}" if kernel else "probe",
               types | {n: "i32" for n in ints}, consts, warps, 3,
               ("sidx", "lat_s0", "lat_s1", "bt_s0", "sq", "sc", "so"))
+    assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
+
+
+def test_kda_conv_with_its_gate_does_not_spill(tmp_path) -> None:
+    """The run-walking conv carrying the f_b GEMM + decay gate at GLM-5.3-Flash's width (8192
+    channels a part, rank 128), as `kda_conv.launch` runs it at decode."""
+    spec = kda_conv.ConvSpec(8192, 4, gate=KDAGateSpec(64, 128, -5.0), rank=128)
+    with overrides(interpret=False):
+        source = kda_conv.source("probe", spec)
+    types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "wq_ptr", "wk_ptr", "wv_ptr",
+                                  "oq_ptr", "ok_ptr", "ov_ptr", "f_ptr", "wf_ptr")}
+    types |= {"slot_ptr": "*i64", "win_ptr": "*fp32", "bias_ptr": "*fp32", "alog_ptr": "*fp32",
+              "g_ptr": "*fp32"}
+    ints = ("rows", "sq", "sk", "sv", "soq", "sok", "sov", "sw_slot", "sf", "sg")
+    k = _sm90(tmp_path, source, "probe_runs", types | {n: "i32" for n in ints},
+              {"BC": 128}, 4, 1, ints[1:])
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
 
 

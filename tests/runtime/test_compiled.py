@@ -76,6 +76,46 @@ def test_folded_and_plain_sites_match_the_reference(model, config):
         test_prefill_and_16_decode_steps_match_the_reference(model, config)
 
 
+def test_kda_conv_carries_the_gate_up_to_16_rows():
+    # conv_gate: each KDA conv runs the f_b GEMM + decay gate right after it as programs of its
+    # own launch in steps of at most 16 rows; the gate's entry launches from 17 rows on; the
+    # engine matches the reference either way (GLM tiny's decode: the carried form)
+    with overrides(conv_gate=True):
+        kernels = _plan("glm5next", "tiny").plan.kernels
+        convs = [i for i, k in enumerate(kernels) if k.emitter == "kda_conv"]
+        assert convs
+        for i in convs:
+            conv, gate = kernels[i], kernels[i + 1]
+            assert conv.carries == gate and gate.carried
+            assert gate.node.op.value == "linear_kda_gate"
+            assert [gate.launches_at(r) for r in (1, 16, 17, 64)] == [0, 0, 1, 1]
+            assert gate.launches_at(16, decode=True) == 0
+            assert "runs k" in conv.line()
+        with overrides(conv_gate=False):
+            plain = _plan("glm5next", "tiny").plan
+        assert not any(k.carries or k.carried for k in plain.kernels)
+        assert _plan("glm5next", "tiny").plan.launches(1) == plain.launches(1) - len(convs)
+    with overrides(conv_gate=False):  # the default carries: the plain form is checked here
+        test_prefill_and_16_decode_steps_match_the_reference("glm5next", "tiny")
+
+
+def test_a_gate_sharing_bytes_with_the_conv_is_not_carried():
+    # the carried gate writes g inside the conv's launch: were g placed over one of the conv's
+    # operands, it would be overwritten (or overwrite it) mid-launch, so that pair is refused
+    import dataclasses
+
+    with overrides(conv_gate=False):
+        comp = _plan("glm5next", "tiny", 1)
+    kernels = list(comp.plan.kernels)
+    conv = next(k for k in kernels if k.emitter == "kda_conv")
+    gate = kernels[kernels.index(conv) + 1]
+    assert kernel_plan._carry_gates(kernels, comp.arena)[kernels.index(conv)].carries
+    values = dict(comp.arena.values)
+    values[gate.node.outs[0]] = values[conv.node.outs[2]]  # g over the conv's v output
+    arena = dataclasses.replace(comp.arena, values=values)
+    assert not any(k.carries for k in kernel_plan._carry_gates(kernels, arena))
+
+
 def test_plan_counts_the_chunked_kda_launches():
     from hyperloom.codegen.emitters import kda, kda_chunk
 

@@ -26,10 +26,12 @@ from dataclasses import dataclass
 
 import torch
 
+from hyperloom.codegen.emitters import kda_gate
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl
-from hyperloom.passes.kernel_plan import KDA_CONV_SERIAL_ROWS
+from hyperloom.config import CONFIG
+from hyperloom.passes.kernel_plan import GEMV_ROWS, KDA_CONV_SERIAL_ROWS
 
 CONV_BC = 128  # channels per conv program
 BIG = 1 << 30
@@ -64,10 +66,20 @@ def _conv_block(channels: int, most: int = CONV_BC) -> int:
     return min(most, 1 << (channels - 1).bit_length())  # a power of two
 
 
+# the f_b GEMM + decay gate a conv launch carries (kernel_plan: `carries`) in steps of at most
+# GATE_ROWS rows: GATE_BN gate columns a program, all the step's rows 16 at a time. ptxas for
+# sm_90 at GLM-5.3's width, one stage (the run-walking form pipelines nothing): 32 registers
+# and 12 KB of shared memory a program, against 32 and none without the gate (64 columns: 20
+# KB, 11 programs a multiprocessor, not 16)
+GATE_ROWS, GATE_BN = GEMV_ROWS, 32
+
+
 @dataclass(frozen=True)
 class ConvSpec:
     channels: int  # C: channels of each of q, k, v
     kernel: int  # taps; the window keeps kernel - 1 inputs per channel
+    gate: kda_gate.KDAGateSpec | None = None  # the f_b GEMM + decay gate it carries
+    rank: int = 0  # that GEMM's K (f_a's width)
 
     def tile(self, t: Tile = CONV_TILE) -> tuple[int, int, int, int]:
         """(BT, BR, BC, warps) of the tiled form on `t`: its row tile, the rows a program owns,
@@ -152,8 +164,40 @@ def _old_window(kernel: int) -> str:
     return out
 
 
+def _gate_source(spec: ConvSpec) -> str:
+    """`_gate_columns`: the carried f_b GEMM + decay gate over GATE_BN columns of every row."""
+    up = ".to(tl.float32)" if CONFIG.interpret else ""  # the interpreter's low-precision dots
+    head, tail = runtime_loop("r0", "0", "rows", "16", " " * 4)
+    lines = kda_gate.gate_lines(spec.gate, "f", "c[None, :]", "cm[None, :]")
+    gate = "".join(f"        {line}\n" for line in lines)
+    return f'''
+
+@triton.jit
+def _gate_columns(f_ptr, sf, wf_ptr, bias_ptr, alog_ptr, g_ptr, sg, rows, nb,
+                  W: tl.constexpr = {spec.gate.width}, KR: tl.constexpr = {spec.rank},
+                  KP: tl.constexpr = {max(16, next_power_of_2(spec.rank))},
+                  BN: tl.constexpr = {GATE_BN}):
+    """Columns nb * BN.. of g = gate(f @ wf^T) for every row (emitters.kda_gate), 16 rows a
+    product, the weight tile loaded once."""
+    c = nb * BN + tl.arange(0, BN)
+    cm = c < W
+    kk = tl.arange(0, KP)
+    km = kk < KR
+    w = tl.load(wf_ptr + c[:, None] * KR + kk[None, :], mask=cm[:, None] & km[None, :],
+                other=0.0)
+{head}        rr = r0 + tl.arange(0, 16)
+        rm = rr < rows
+        x = tl.load(f_ptr + rr.to(tl.int64)[:, None] * sf + kk[None, :],
+                    mask=rm[:, None] & km[None, :], other=0.0)
+        f = tl.dot(x.to(w.dtype){up}, tl.trans(w{up}))  # [16, BN] fp32
+{gate}        tl.store(g_ptr + rr.to(tl.int64)[:, None] * sg + c[None, :],
+                 g.to(g_ptr.dtype.element_ty), mask=rm[:, None] & cm[None, :])
+{tail}'''
+
+
 def _runs_source(name: str, spec: ConvSpec, bc: int) -> str:
-    """The form for a few rows a sequence: a run's rows walked in order from its window."""
+    """The form for a few rows a sequence: a run's rows walked in order from its window; with
+    a carried gate (spec.gate), the programs past the conv's run `_gate_columns` (row 0's)."""
     taps = spec.kernel - 1
     load_h = "".join(f"    h{j} = tl.load(win + {j}, mask=cm, other=0.0)\n" for j in range(taps))
     load_w = "".join(f"    w{j} = tl.load(w_ptr + c * K + {j}, mask=cm, other=0.0)\n"
@@ -163,15 +207,24 @@ def _runs_source(name: str, spec: ConvSpec, bc: int) -> str:
     shift += f"        h{taps - 1} = x\n" if taps else ""
     store_h = "".join(f"    tl.store(win + {j}, h{j}, mask=cm)\n" for j in range(taps))
     head, tail = runtime_loop("i", "r", "stop", "1", " " * 4)
-    return f'''
+    gate_args, gate = "", ""
+    if spec.gate is not None:
+        gate_args = "\n        f_ptr, sf, wf_ptr, bias_ptr, alog_ptr, g_ptr, sg,"
+        gate = '''    if tl.program_id(1) >= 3 * blocks:  # the carried gate's columns
+        if r == 0:
+            _gate_columns(f_ptr, sf, wf_ptr, bias_ptr, alog_ptr, g_ptr, sg, rows,
+                          tl.program_id(1) - 3 * blocks)
+        return
+'''
+    return f'''{_gate_source(spec) if spec.gate is not None else ""}
 
 @triton.jit
 def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_ptr, ok_ptr, ov_ptr,
-        rows, sq, sk, sv, soq, sok, sov, sw_slot, C: tl.constexpr = {spec.channels},
+        rows, sq, sk, sv, soq, sok, sov, sw_slot,{gate_args} C: tl.constexpr = {spec.channels},
         K: tl.constexpr = {spec.kernel}, BC: tl.constexpr = {bc}):
 {pdl("    ")}    r = tl.program_id(0)
     blocks = tl.cdiv(C, BC)
-    part = tl.program_id(1) // blocks  # 0: q, 1: k, 2: v
+{gate}    part = tl.program_id(1) // blocks  # 0: q, 1: k, 2: v
     c = (tl.program_id(1) % blocks) * BC + tl.arange(0, BC)
     cm = c < C
     stop = _run_stop(slot_ptr, r, rows)
@@ -234,14 +287,37 @@ def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_pt
 '''
 
 
+@dataclass(frozen=True)
+class Gate:
+    """The carried f_b GEMM + decay gate's operands: f [rows, rank] (f_a's output), wf [W,
+    rank], dt_bias [W], a_log [heads], out g [rows, W]."""
+    f: torch.Tensor
+    wf: torch.Tensor
+    dt_bias: torch.Tensor
+    a_log: torch.Tensor
+    g: torch.Tensor
+
+
+def _check_gate(spec: ConvSpec, gate: Gate) -> None:
+    w, r = spec.gate.width, spec.rank
+    for name, t, shape in (("f", gate.f, (None, r)), ("wf", gate.wf, (w, r)),
+                           ("g", gate.g, (None, w))):
+        if t.dim() != 2 or t.shape[1] != shape[1] or t.stride(1) != 1 \
+                or (shape[0] is not None and (t.shape[0] != shape[0] or not t.is_contiguous())):
+            raise ValueError(f"KDA conv's gate {name}: [{shape[0] or 'rows'}, {shape[1]}] "
+                             f"with a contiguous last dim, got {tuple(t.shape)}")
+    kda_gate.check_params(spec.gate, gate.dt_bias, gate.a_log)
+
+
 def launch(kernels, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
            wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, slot: torch.Tensor,
            window: torch.Tensor, oq: torch.Tensor, ok: torch.Tensor, ov: torch.Tensor,
            rows: int, seq_rows: int, tile: Tile = CONV_TILE,
-           serial_rows: int = SERIAL_ROWS) -> None:
+           serial_rows: int = SERIAL_ROWS, gate: Gate | None = None) -> None:
     """The first `rows` rows (at most seq_rows of one sequence) with `kernels` (kernel_names'
     order): walked run by run up to serial_rows a sequence, else on `tile`; window fp32 [slots,
-    3C, kernel - 1], updated in place."""
+    3C, kernel - 1], updated in place. With spec.gate, a step of at most GATE_ROWS rows also
+    runs the carried gate (its operands: `gate`) in the run-walking form's launch."""
     c, kn = spec.channels, spec.kernel
     if tuple(window.shape[1:]) != (3 * c, kn - 1) or window.dtype != torch.float32 \
             or not window.is_contiguous():
@@ -259,7 +335,16 @@ def launch(kernels, spec: ConvSpec, *, q: torch.Tensor, k: torch.Tensor, v: torc
             v.stride(0), oq.stride(0), ok.stride(0), ov.stride(0), window.stride(0))
     tiled, runs = kernels
     bt, br, bc, warps = spec.tile(tile)
-    if seq_rows <= serial_rows:
-        runs[(rows, 3 * cdiv(c, bc))](*args, BC=bc, num_warps=4)
+    run_args, extra = args, 0
+    if spec.gate is not None:
+        if gate is None:
+            raise ValueError("KDA conv: a spec with a carried gate needs the gate's operands")
+        _check_gate(spec, gate)
+        run_args += (gate.f, gate.f.stride(0), gate.wf, gate.dt_bias, gate.a_log, gate.g,
+                     gate.g.stride(0))
+        if rows <= GATE_ROWS:  # the gate's programs after the conv's (a wider step's GEMM
+            extra = cdiv(spec.gate.width, GATE_BN)  # entry launches itself)
+    if seq_rows <= serial_rows or extra:
+        runs[(rows, 3 * cdiv(c, bc) + extra)](*run_args, BC=bc, num_warps=4, num_stages=1)
     else:
         tiled[(cdiv(rows, br), 3 * cdiv(c, bc))](*args, BC=bc, BT=bt, BR=br, num_warps=warps)

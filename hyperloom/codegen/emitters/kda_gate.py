@@ -80,6 +80,13 @@ def {name}(f_ptr, bias_ptr, alog_ptr, g_ptr, sf, sg, W: tl.constexpr = {spec.wid
 '''
 
 
+def check_params(spec: KDAGateSpec, dt_bias: torch.Tensor, a_log: torch.Tensor) -> None:
+    """dt_bias [width] and a_log [heads], contiguous."""
+    for name, t, n in (("dt_bias", dt_bias, spec.width), ("a_log", a_log, spec.heads)):
+        if tuple(t.shape) != (n,) or not t.is_contiguous():
+            raise ValueError(f"KDA gate {name}: contiguous [{n}], got {tuple(t.shape)}")
+
+
 def launch(kernel, spec: KDAGateSpec, *, f: torch.Tensor, dt_bias: torch.Tensor,
            a_log: torch.Tensor, g: torch.Tensor, rows: int) -> None:
     """The first `rows` rows of f into g; later rows of g are left untouched."""
@@ -88,9 +95,7 @@ def launch(kernel, spec: KDAGateSpec, *, f: torch.Tensor, dt_bias: torch.Tensor,
         if t.dim() != 2 or t.shape[1] != w or t.shape[0] < rows or t.stride(1) != 1:
             raise ValueError(f"KDA gate {name}: [>= {rows}, {w}] with a contiguous last dim, "
                              f"got {tuple(t.shape)}")
-    for name, t, n in (("dt_bias", dt_bias, w), ("a_log", a_log, spec.heads)):
-        if tuple(t.shape) != (n,) or not t.is_contiguous():
-            raise ValueError(f"KDA gate {name}: contiguous [{n}], got {tuple(t.shape)}")
+    check_params(spec, dt_bias, a_log)
     if rows == 0:
         return
     kernel[(rows, cdiv(w, _block(spec)))](f, dt_bias, a_log, g, f.stride(0), g.stride(0),
