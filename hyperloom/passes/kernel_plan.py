@@ -55,8 +55,8 @@ GRIDS = {
     "attention": "decode: split (R, kv_heads, S) | rope_kv (R,) ; attend",
     "kda": "(R, heads, d / BV) | chunked: (1,) ; (chunks, heads, C/16) ; (chunks, heads) ; "
            "(chunks, heads, d/BK) ; (d/BV, heads, runs)",
-    "kda_conv": f"(R, 3 * cdiv(C, BC) [+ W / 64 gate]) up to {KDA_CONV_SERIAL_ROWS} rows a "
-                "sequence | (cdiv(R, BR), 3 * cdiv(C, BC))",
+    "kda_conv": f"(R, 3 * cdiv(C, BC) [+ cdiv(W, BG) gate]) up to {KDA_CONV_SERIAL_ROWS} rows "
+                "a sequence | (cdiv(R, BR), 3 * cdiv(C, BC))",
     "kda_gate": "(R, cdiv(W, BW))",
     "norm": "(R, width / group)",
     "moe_router": "(R/BM, E/BN, splits) ; (R,)",
@@ -217,8 +217,7 @@ def _carry_gates(kernels: list[KernelEntry], arena: ArenaPlan) -> list[KernelEnt
     out = list(kernels)
     for i, (k, nxt) in enumerate(zip(kernels, kernels[1:])):
         if k.emitter != "kda_conv" or nxt.emitter != "matmul" \
-                or nxt.node.op is not Op.LINEAR_KDA_GATE or nxt.finishes is not None \
-                or getattr(nxt.node.attrs, "eps", None) is not None:
+                or nxt.node.op is not Op.LINEAR_KDA_GATE:
             continue
         touched = k.node.args + k.node.outs
         if set(nxt.node.args) & set(k.node.outs) or \

@@ -105,6 +105,8 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         fn, base, scale = (o[a] for a in site.args[1:])
         extra["site"] = matmul.Site(fn, base, scale, *(o[v] for v in site.outs),
                                     *_hc_pre_scratch(spec.site, out, o, device))
+    if not entry.carried:
+        return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
 
     def run(rows: int, _: int) -> None:
         if entry.launches_at(rows):  # a gate a KDA conv carries runs in its launch up to 16 rows
