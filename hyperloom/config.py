@@ -36,6 +36,11 @@ class Config:
         "help": "a step of at most 16 rows runs each KDA layer's f_b GEMM and decay gate as "
                 "more programs of its conv's launch (both read only the front projections' "
                 "outputs): one launch a KDA layer fewer at decode"})
+    kda_norm_rows: int = field(default=16, metadata={
+        "help": "a step of at most this many rows (at most 31) runs each KDA layer's g_b GEMM "
+                "and gated output norm in its recurrence's launch (a ticket a (row, head): "
+                "the head's last program writes the norm), one launch a KDA layer fewer; 0: "
+                "never"})
     eager_replay: bool = field(default=True, metadata={
         "help": "a GPU step of Python launches (prefill) replays its shape's first step's "
                 "compiled kernels on the same arguments, past Triton's argument binding (H200: "

@@ -38,6 +38,7 @@ from hyperloom.codegen.specs import (
     norm_spec,
 )
 from hyperloom.errors import CodegenError
+from hyperloom.ir.ops import Op
 from hyperloom.ir.printer import print_node
 from hyperloom.passes.kernel_plan import INTERPRETER, KernelEntry
 
@@ -59,18 +60,21 @@ def header(entry: KernelEntry) -> str:
 
 
 def entry_spec(entry: KernelEntry, types: dict):
-    """The emitter spec of a plan entry: its node's, plus the site a GEMM finishes or the gate
-    a KDA conv carries."""
+    """The emitter spec of a plan entry: its node's, plus the site a GEMM finishes, the gate
+    a KDA conv carries or the gated norm the KDA recurrence carries."""
     if entry.emitter not in EMITTERS:
         raise CodegenError(f"no emitter {entry.emitter!r} for {entry.name}; emitters: "
                            f"{', '.join(EMITTERS)}")
     spec = EMITTERS[entry.emitter][0](entry.node, types)
     if entry.finishes is not None:
         spec = dataclasses.replace(spec, site=hc_pre_spec(entry.finishes.node, types))
-    if entry.carries is not None:
-        gate = entry.carries.node  # linear_kda_gate(f, wf, dt_bias, a_log)
-        spec = dataclasses.replace(spec, gate=kda_gate_spec(gate, types),
-                                   rank=int(types[gate.args[1]].shape[1]))
+    carried = entry.carries.node if entry.carries is not None else None
+    if carried is not None and carried.op is Op.LINEAR_KDA_GATE:  # (f, wf, dt_bias, a_log)
+        spec = dataclasses.replace(spec, gate=kda_gate_spec(carried, types),
+                                   rank=int(types[carried.args[1]].shape[1]))
+    elif carried is not None:  # linear_gated_norm(ga, wg, o, nw) of the KDA recurrence
+        spec = dataclasses.replace(spec, rank=int(types[carried.args[1]].shape[1]),
+                                   eps=carried.attrs.eps)
     return spec
 
 

@@ -83,22 +83,23 @@ class KernelEntry:
     # entry right after it (which then launches nothing at one row: `folded`)
     finishes: KernelEntry | None = None
     folded: bool = False
-    # CONFIG.conv_gate: a KDA conv that runs, in steps of at most GEMV_ROWS rows, the f_b GEMM
-    # and decay gate entry right after it as more programs of its launch (which then launches
-    # nothing there: `carried`)
+    # an entry whose launch also runs the entry right after it in steps of at most
+    # `carried_rows` rows (the carried entry launches nothing there): CONFIG.conv_gate, a KDA
+    # conv carries the f_b GEMM + decay gate (up to GEMV_ROWS rows); CONFIG.kda_norm_rows, the
+    # KDA recurrence carries g_b's GEMM + gated output norm
     carries: KernelEntry | None = None
-    carried: bool = False
+    carried_rows: int = 0
 
     def launches_at(self, rows: int, decode: bool = False) -> int:
-        if (self.folded and folds(rows)) or (self.carried and rows <= GEMV_ROWS):
+        if (self.folded and folds(rows)) or rows <= self.carried_rows:
             return 0
         rows = 1 if decode and self.batched else rows
         return next(n for most, n in self.counts if most is None or rows <= most)
 
     def line(self) -> str:
         also = f"; finishes {self.finishes.name} at one row" if self.finishes else ""
-        also += (f"; runs {self.carries.name} up to {GEMV_ROWS} rows" if self.carries
-                 else "")
+        also += (f"; runs {self.carries.name} up to {self.carries.carried_rows} rows"
+                 if self.carries else "")
         return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
                 f"fuses {', '.join(self.node.sources)}{also}")
 
@@ -194,9 +195,7 @@ def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
                                    batched=emitter in ("attention", "kda")))
     if CONFIG.fold_sites:
         kernels = _fold_sites(kernels)
-    if CONFIG.conv_gate:
-        kernels = _carry_gates(kernels, arena)
-    return KernelPlan(graph.name, tuple(kernels))
+    return KernelPlan(graph.name, tuple(_carry(kernels, arena)))
 
 
 def _overlap(a: str, b: str, arena: ArenaPlan) -> bool:
@@ -210,20 +209,32 @@ def _overlap(a: str, b: str, arena: ArenaPlan) -> bool:
     return ba.offset < bb.offset + bb.nbytes and bb.offset < ba.offset + ba.nbytes
 
 
-def _carry_gates(kernels: list[KernelEntry], arena: ArenaPlan) -> list[KernelEntry]:
-    """Pair each KDA conv with the f_b GEMM + decay gate entry right after it when that GEMM
-    reads nothing the conv writes and writes nothing the conv touches (its output is written
-    ahead of its plan position, inside the conv's launch)."""
+def _carried_rows(k: KernelEntry, nxt: KernelEntry) -> int:
+    """Up to how many rows `k`'s launch can run `nxt` (0: it cannot): a KDA conv the f_b GEMM +
+    decay gate that reads no conv output; the KDA recurrence g_b's GEMM + gated norm of its own
+    output over whole heads, up to CONFIG.kda_norm_rows (a step of that many rows takes the
+    recurrent form)."""
+    if k.emitter == "kda_conv" and nxt.node.op is Op.LINEAR_KDA_GATE and CONFIG.conv_gate \
+            and not set(nxt.node.args) & set(k.node.outs):
+        return GEMV_ROWS
+    if k.emitter == "kda" and nxt.node.op is Op.LINEAR_GATED_NORM \
+            and nxt.node.args[2] == k.node.outs[0] and nxt.node.args[0] not in k.node.outs \
+            and nxt.node.attrs.head_dim == k.node.attrs.head_dim:
+        return min(CONFIG.kda_norm_rows, KDA_CHUNKED_ROWS - 1)
+    return 0
+
+
+def _carry(kernels: list[KernelEntry], arena: ArenaPlan) -> list[KernelEntry]:
+    """Pair each entry with the one right after it that its launch can run (`_carried_rows`)
+    when that entry's output shares no bytes with either's operands (it is written ahead of
+    its plan position, inside the first's launch, while the first's programs still read)."""
     out = list(kernels)
     for i, (k, nxt) in enumerate(zip(kernels, kernels[1:])):
-        if k.emitter != "kda_conv" or nxt.emitter != "matmul" \
-                or nxt.node.op is not Op.LINEAR_KDA_GATE:
+        most = _carried_rows(k, nxt) if nxt.emitter == "matmul" and not k.carried_rows else 0
+        if most <= 0 or any(_overlap(nxt.node.outs[0], v, arena)
+                            for v in k.node.args + k.node.outs + nxt.node.args):
             continue
-        touched = k.node.args + k.node.outs
-        if set(nxt.node.args) & set(k.node.outs) or \
-                any(_overlap(nxt.node.outs[0], v, arena) for v in touched):
-            continue
-        out[i + 1] = dataclasses.replace(nxt, carried=True)
+        out[i + 1] = dataclasses.replace(nxt, carried_rows=most)
         out[i] = dataclasses.replace(k, carries=out[i + 1])
     return out
 

@@ -36,7 +36,6 @@ from hyperloom.codegen.specs import (
     hc_post_spec,
     hc_pre_spec,
     kda_gate_spec,
-    kda_spec,
     mla_spec,
     moe_experts_spec,
     moe_router_spec,
@@ -105,11 +104,11 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         fn, base, scale = (o[a] for a in site.args[1:])
         extra["site"] = matmul.Site(fn, base, scale, *(o[v] for v in site.outs),
                                     *_hc_pre_scratch(spec.site, out, o, device))
-    if not entry.carried:
+    if not entry.carried_rows:
         return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
 
     def run(rows: int, _: int) -> None:
-        if entry.launches_at(rows):  # a gate a KDA conv carries runs in its launch up to 16 rows
+        if entry.launches_at(rows):  # the entry before it runs it in its launch up to then
             matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
     return run
 
@@ -183,7 +182,7 @@ def _attention(entry: KernelEntry, o: Operands, device) -> Launch:
 def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
     """The recurrent kernel, or the chunked form's for a step with a run of CHUNKED_ROWS rows
     (prefill); the chunked form's scratch serves every KDA layer of this width."""
-    node, spec = entry.node, kda_spec(entry.node, o.types)
+    node, spec = entry.node, entry_spec(entry, o.types)  # with the gated norm it carries
     src = o.source(entry)
     rec, *chunked = (load(src, n, device, entry.name) for n in kda.kernel_names(entry.name))
     q, k, v, g, b, slot, _ = (o[a] for a in node.args)
@@ -194,14 +193,29 @@ def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
     if max_rows >= kda.CHUNKED_ROWS and key not in o.scratch:
         o.scratch[key] = kda_chunk.scratch(cspec, max_rows, state.shape[0], device, q.dtype)
     work = o.scratch.get(key)
+    norm, carried = _kda_norm(entry, spec, o, device), entry.carries
 
     def run(rows: int, seq_rows: int) -> None:
         if seq_rows >= kda.CHUNKED_ROWS:
             kda_chunk.launch(chunked, cspec, rows=rows, work=work, **args)
         else:
             # the recurrent state is this op's alone: no kernel before it in a step writes it
-            kda.launch(rec, spec, rows=rows, seq_rows=seq_rows, early_state=True, **args)
+            kda.launch(rec, spec, rows=rows, seq_rows=seq_rows, early_state=True, norm=norm,
+                       run_norm=carried is not None and not carried.launches_at(rows), **args)
     return run
+
+
+def _kda_norm(entry: KernelEntry, spec: kda.KDASpec, o: Operands, device) -> kda.Norm | None:
+    """The operands of the g_b GEMM + gated norm the recurrence carries (kernel_plan), with
+    scratch for its most rows that serves every KDA layer of this shape."""
+    if entry.carries is None:
+        return None
+    node = entry.carries.node  # linear_gated_norm(ga, wg, o, nw) -> h
+    ga, wg, _, nw = (o[a] for a in node.args)
+    key = ("kda_norm", spec, entry.carries.carried_rows)
+    if key not in o.scratch:
+        o.scratch[key] = kda.norm_scratch(spec, entry.carries.carried_rows, device)
+    return kda.Norm(ga, wg, nw, o[node.outs[0]], *o.scratch[key])
 
 
 def _kda_conv(entry: KernelEntry, o: Operands, device) -> Launch:

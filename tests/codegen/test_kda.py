@@ -13,14 +13,14 @@ import torch
 from hyperloom.bench.kda import conv_reference
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import kda_conv
-from hyperloom.codegen.emitters.kda import KDASpec, launch, source
+from hyperloom.codegen.emitters.kda import KDASpec, Norm, launch, norm_scratch, source
 from hyperloom.codegen.emitters.kda_gate import KDAGateSpec
 from hyperloom.codegen.emitters.kda_conv import CONV_TILE, SERIAL_ROWS, ConvSpec, Tile, \
     kernel_names
 from hyperloom.codegen.emitters.kda_conv import launch as conv_launch
 from hyperloom.codegen.emitters.kda_conv import source as conv_source
 from hyperloom.ir import ops
-from hyperloom.ir.semantics import Ctx, kda
+from hyperloom.ir.semantics import Ctx, fused, kda
 from hyperloom.ir.state import StateStore, segments
 from hyperloom.ir.types import StateDecl, StateKind, TensorType
 from tests.tolerances import assert_close, assert_rel
@@ -48,6 +48,13 @@ class Step:
         self.state = (torch.randn((self.slots, spec.heads, spec.head_dim, spec.head_dim),
                                   generator=gen) * 0.3).to(device)
         self.out = torch.full((t, hd), float("nan"), dtype=dtype, device=device)
+        self.norm, self.run_norm = None, False  # a carried gated norm's operands (spec.rank)
+        if spec.rank:
+            ga = rand(t, spec.rank + 7)[:, 3: 3 + spec.rank]  # a column slice, as g_a's output
+            wg = rand(hd, spec.rank, scale=spec.rank ** -0.5)
+            h = torch.full((t, hd), float("nan"), dtype=dtype, device=device)
+            self.norm = Norm(ga, wg, rand(spec.head_dim), h, *norm_scratch(spec, t, device))
+            self.run_norm = True
 
     def run(self, state: torch.Tensor, rows: slice | None = None, early: bool = False) -> None:
         rows = rows or slice(0, self.q.shape[0])
@@ -58,7 +65,14 @@ class Step:
         launch(kernel, self.spec, q=self.q[rows], k=self.k[rows], v=self.v[rows],
                g=self.g[rows], b=self.b[rows], slot=slot, state=state,
                out=self.out[rows], rows=rows.stop - rows.start, seq_rows=seq_rows,
-               early_state=early)
+               early_state=early, norm=self.norm, run_norm=self.run_norm)
+
+    def norm_reference(self, out: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """h of the live rows: g_b's GEMM + gated norm (semantics) over the reference's out."""
+        s, n, live = self.spec, self.norm, self.slot >= 0
+        at = ops.GatedNormAttrs(s.eps, s.head_dim)
+        return fused.linear_gated_norm(Ctx(dtype, None, ()), at, n.ga[live].to(dtype),
+                                       n.wg.to(dtype), out.to(dtype), n.nw.to(dtype))
 
     def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(out of the live rows, the state after the step)."""
@@ -111,6 +125,51 @@ def test_kda_run_split_over_two_steps() -> None:
     assert_close(parts, whole, torch.float32, "state over two steps")
 
 
+@pytest.mark.parametrize("heads,head_dim", [(3, 64), (2, 128)])  # 1 to 8 programs a head
+@pytest.mark.parametrize("slots", [[0], [3, 1], DECODE_ROWS, SLOT_ROWS])
+def test_kda_carries_the_gated_norm(heads: int, head_dim: int, slots: list[int]) -> None:
+    """With spec.rank the launch also writes h = gated RMSNorm(o) (g_b's GEMM of rank 20 as
+    the gate): each (row, head)'s last program by ticket writes the head, so decode rows, a
+    few rows (16 state columns a program), verify and prefill runs (a program walking rows)
+    all match; padding rows stay unwritten; the tickets are zero again, so a second launch
+    matches too; run_norm=False leaves h to the GEMM entry."""
+    spec = KDASpec(heads, head_dim, rank=20, eps=1e-5)
+    step = Step(spec, slots, "cpu", torch.float32, seed=heads + len(slots))
+    live = step.slot >= 0
+    for _ in range(2):
+        state = step.state.clone()
+        step.run(state)
+        out, want = step.reference(torch.float64)
+        assert_close(step.out[live], out, torch.float32, "out")
+        assert_close(state, want, torch.float32, "state")
+        assert_close(step.norm.h[live], step.norm_reference(out, torch.float64), torch.float32,
+                     "carried gated norm")
+        assert step.norm.h[~live].isnan().all(), "a padding row's norm was written"
+        assert not step.norm.cnt.any(), "a ticket was left behind"
+    step.norm.h.fill_(float("nan"))
+    step.run_norm = False
+    step.run(step.state.clone())
+    assert step.norm.h.isnan().all(), "run_norm=False wrote h"
+
+
+def test_kda_carried_norm_needs_its_operands() -> None:
+    step = Step(KDASpec(2, 32, rank=16), [0, 1, 2], "cpu", torch.float32, seed=2)
+    norm = step.norm
+    step.norm = None
+    with pytest.raises(ValueError, match="carried gated norm needs its operands"):
+        step.run(step.state.clone())
+    step.norm = Norm(norm.ga, norm.wg, norm.nw, norm.h, *norm_scratch(step.spec, 2, "cpu"))
+    with pytest.raises(ValueError, match=r"gated norm gs: \[>= 3, 64\] .* got \(2, 64\)"):
+        step.run(step.state.clone())
+    step.norm = Norm(norm.ga, norm.wg[:, :8], norm.nw, norm.h, norm.gs, norm.cnt)
+    with pytest.raises(ValueError, match=r"gated norm wg: contiguous \[64, 16\]"):
+        step.run(step.state.clone())
+    plain = Step(KDASpec(2, 32), [0], "cpu", torch.float32, seed=2)
+    plain.run_norm = True
+    with pytest.raises(ValueError, match="run_norm on a spec that carries no gated norm"):
+        plain.run(plain.state.clone())
+
+
 def test_kda_bad_state_is_refused() -> None:
     step = Step(KDASpec(2, 16), [0], "cpu", torch.float32, seed=1)
     with pytest.raises(ValueError, match="KDA state"):
@@ -128,6 +187,22 @@ def test_kda_recurrence_gpu(slot: list[int], early: bool) -> None:
     out, want = step.reference(torch.float32)
     assert_rel(step.out.float(), out, 1e-2, "out")
     assert_rel(state, want, 1e-3, "state")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("slot", [[0], list(range(16)), [3] * 8 + [1, 1]])  # decode, batch, verify
+def test_kda_carried_norm_gpu(slot: list[int]) -> None:
+    """The recurrence carrying g_b's GEMM + gated norm at GLM-5.3's width (rank 128), bf16."""
+    spec = KDASpec(64, 128, rank=128, eps=1e-5)
+    step = Step(spec, slot, "cuda", torch.bfloat16, seed=len(slot))
+    for _ in range(2):  # the tickets are zero again after a launch
+        state = step.state.clone()
+        step.run(state, early=True)
+        out, _ = step.reference(torch.float32)
+        assert_rel(step.out.float(), out, 1e-2, "out")
+        assert_rel(step.norm.h.float(), step.norm_reference(out, torch.float32), 1e-2,
+                   "carried gated norm")
+        assert not step.norm.cnt.any(), "a ticket was left behind"
 
 
 # ---------------------------------------------------------------- causal depthwise conv

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hyperloom.codegen.emitters import dsa as dsa_emitter
-from hyperloom.codegen.emitters import kda_chunk, kda_conv, matmul, mla, moe_experts
+from hyperloom.codegen.emitters import kda, kda_chunk, kda_conv, matmul, mla, moe_experts
 from hyperloom.codegen.emitters.dsa import DSASpec
 from hyperloom.codegen.emitters.kda_gate import KDAGateSpec
 from hyperloom.codegen.emitters.mla import MLASpec
@@ -121,6 +121,23 @@ def test_kda_conv_with_its_gate_does_not_spill(tmp_path) -> None:
     k = _sm90(tmp_path, source, "probe_runs", types | {n: "i32" for n in ints},
               {"BC": 128}, 4, 1, ints[1:])
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
+
+
+@pytest.mark.parametrize("bv, warps", [(kda.FEW_BV, kda.FEW_WARPS), (kda.BV, 4)])
+def test_kda_recurrence_with_its_gated_norm_does_not_spill(bv: int, warps: int,
+                                                           tmp_path) -> None:
+    """The decode recurrence carrying g_b's GEMM + gated norm (64 heads x 128, rank 128), at
+    one or two rows (16 state columns, 1 warp) and more (64 columns, 4 warps)."""
+    with overrides(interpret=False):
+        source = kda.source("probe", kda.KDASpec(64, 128, rank=128, eps=1e-5))
+    types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "g_ptr", "b_ptr", "o_ptr", "ga_ptr",
+                                  "wg_ptr", "nw_ptr", "h_ptr")}
+    types |= {"slot_ptr": "*i64", "state_ptr": "*fp32", "gs_ptr": "*fp32", "cnt_ptr": "*i32"}
+    ints = ("rows", "sq", "sk", "sv", "sg", "sb", "so", "st_slot", "st_head", "sga", "sh")
+    k = _sm90(tmp_path, source, "probe", types | {n: "i32" for n in ints},
+              {"BV": bv, "SINGLE": True, "EARLY": True, "NORM": True}, warps, 1, ints[1:])
+    assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
+    print(k)
 
 
 def _kda_chunk_kernels() -> dict[str, tuple[dict, dict, int, int, tuple[str, ...]]]:

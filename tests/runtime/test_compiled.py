@@ -86,14 +86,15 @@ def test_kda_conv_carries_the_gate_up_to_16_rows():
         assert convs
         for i in convs:
             conv, gate = kernels[i], kernels[i + 1]
-            assert conv.carries == gate and gate.carried
+            assert conv.carries == gate and gate.carried_rows == 16
             assert gate.node.op.value == "linear_kda_gate"
             assert [gate.launches_at(r) for r in (1, 16, 17, 64)] == [0, 0, 1, 1]
             assert gate.launches_at(16, decode=True) == 0
             assert "runs k" in conv.line()
         with overrides(conv_gate=False):
             plain = _plan("glm5next", "tiny").plan
-        assert not any(k.carries or k.carried for k in plain.kernels)
+        assert not any(k.carries or k.carried_rows for k in plain.kernels
+                       if k.emitter == "kda_conv" or k.node.op.value == "linear_kda_gate")
         assert _plan("glm5next", "tiny").plan.launches(1) == plain.launches(1) - len(convs)
     with overrides(conv_gate=False):  # the default carries: the plain form is checked here
         test_prefill_and_16_decode_steps_match_the_reference("glm5next", "tiny")
@@ -109,11 +110,41 @@ def test_a_gate_sharing_bytes_with_the_conv_is_not_carried():
     kernels = list(comp.plan.kernels)
     conv = next(k for k in kernels if k.emitter == "kda_conv")
     gate = kernels[kernels.index(conv) + 1]
-    assert kernel_plan._carry_gates(kernels, comp.arena)[kernels.index(conv)].carries
-    values = dict(comp.arena.values)
-    values[gate.node.outs[0]] = values[conv.node.outs[2]]  # g over the conv's v output
-    arena = dataclasses.replace(comp.arena, values=values)
-    assert not any(k.carries for k in kernel_plan._carry_gates(kernels, arena))
+    with overrides(conv_gate=True):
+        assert kernel_plan._carry(kernels, comp.arena)[kernels.index(conv)].carries
+        values = dict(comp.arena.values)
+        values[gate.node.outs[0]] = values[conv.node.outs[2]]  # g over the conv's v output
+        arena = dataclasses.replace(comp.arena, values=values)
+        assert not kernel_plan._carry(kernels, arena)[kernels.index(conv)].carries
+
+
+def test_kda_recurrence_carries_the_gated_norm():
+    # kda_norm_rows: the KDA recurrence runs g_b's GEMM + gated norm (the entry right after
+    # it) in its launch up to that many rows; the norm's entry launches above; h placed over
+    # one of the recurrence's operands refuses the pair; the engine matches the reference with
+    # the norm carried up to one row (b1 decode carried, wider steps not) and never
+    import dataclasses
+
+    with overrides(kda_norm_rows=16):
+        comp = _plan("glm5next", "tiny", 1)
+        kernels = list(comp.plan.kernels)
+        i = next(i for i, k in enumerate(kernels) if k.emitter == "kda")
+        rec, norm = kernels[i], kernels[i + 1]
+        assert norm.node.op.value == "linear_gated_norm" and rec.carries == norm
+        assert [norm.launches_at(r) for r in (1, 16, 17, 64)] == [0, 0, 1, 1]
+        assert norm.launches_at(64, decode=True) == 1  # 64 sequences: 64 rows, the entry's
+        assert "runs k" in rec.line() and "up to 16 rows" in rec.line()
+        values = dict(comp.arena.values)
+        values[norm.node.outs[0]] = values[rec.node.args[2]]  # h over the recurrence's v
+        arena = dataclasses.replace(comp.arena, values=values)
+        plain = [dataclasses.replace(k, carries=None, carried_rows=0) for k in kernels]
+        assert not kernel_plan._carry(plain, arena)[i].carries
+        with overrides(kda_norm_rows=0):
+            assert _plan("glm5next", "tiny", 1).plan.launches(1) == comp.plan.launches(1) + 1
+    with overrides(kda_norm_rows=1):
+        test_prefill_and_16_decode_steps_match_the_reference("glm5next", "tiny")
+    with overrides(kda_norm_rows=0):
+        test_prefill_and_16_decode_steps_match_the_reference("glm5next", "tiny")
 
 
 def test_plan_counts_the_chunked_kda_launches():
@@ -135,8 +166,10 @@ def test_kda_output_norm_is_g_b_s_epilogue():
     assert not any(k.node.op.value == "gated_rmsnorm" for k in kernels)
     at = [i for i, k in enumerate(kernels) if k.node.op.value == "linear_gated_norm"]
     assert len(at) == sum(k.emitter == "kda" for k in kernels) > 0
-    for i in at:
-        assert [kernels[i].launches_at(r) for r in (1, 16, 17, 64, 65)] == [1] * 5
+    for i in at:  # (the KDA recurrence runs it up to kda_norm_rows rows)
+        most = kernels[i].carried_rows
+        assert [kernels[i].launches_at(r) for r in (1, 16, 17, 64, 65)] == \
+            [int(r > most) for r in (1, 16, 17, 64, 65)]
         o_proj = kernels[i + 1]
         assert o_proj.node.op.value == "linear_hc_post" and not o_proj.node.attrs.group
         assert o_proj.node.args[0] == kernels[i].node.outs[0]
