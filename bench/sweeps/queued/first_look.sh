@@ -1,9 +1,9 @@
 # One device call (up to BUDGET seconds, default 560) for a session that may get only one: the
 # bf16 GPU tests of the tenth session's kernels (DSA/MLA with the dense form, KDA conv with the
-# carried gate, chunked KDA), then GLM-5.3-Flash's 4-layer prefill profiled (eager baseline),
-# the MLA over a 2048-token prefill dense against split, and one KDA layer's decode with and
-# without the carried gate, each while time is left. Run from the repository root with
-# transformers' wheel on PYTHONPATH; logs under $OUT.
+# carried gate, chunked KDA, the recurrence with its carried norm), then GLM-5.3-Flash's 4-layer
+# prefill profiled (eager baseline), the MLA over a 2048-token prefill dense against split, and
+# one KDA layer's decode with both carries, neither, and the gate alone, each while time is
+# left. Run from the repository root with transformers' wheel on PYTHONPATH; logs under $OUT.
 end=$(( $(date +%s) + ${BUDGET:-560} ))
 left() { echo $(( end - $(date +%s) )); }
 step() {  # NAME SECONDS COMMAND...: runs while its seconds are left
@@ -19,8 +19,11 @@ step glm_prefill 90 python3 -m hyperloom.cli bench glm5next --config glm-5.3-fla
     --profile
 (cd bench/sweeps && step mla_prefill 60 python3 mla_prefill.py --tokens 2048 --rounds 1 \
     committed queued/mla_prefill/split.py)
-for gate in true false; do
-    step "kda_layer_gate_$gate" 40 python3 -m hyperloom.cli --set conv_gate=$gate bench \
+for knobs in "conv_gate=true kda_norm_rows=16" "conv_gate=false kda_norm_rows=0" \
+        "conv_gate=true kda_norm_rows=0"; do
+    set -- $knobs
+    tag="${1#*=}-${2#*=}"
+    step "kda_layer_$tag" 40 python3 -m hyperloom.cli --set "$1" --set "$2" bench \
         glm5next --config glm-5.3-flash --scenarios kda-layer --no-compile --no-compile-time \
-        --profile --json "$OUT/kda-layer-gate-$gate.json"
+        --profile --json "$OUT/kda-layer-$tag.json"
 done
