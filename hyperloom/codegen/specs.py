@@ -49,7 +49,7 @@ def matmul_spec(node: Node, types: dict) -> matmul.MatmulSpec:
 def hc_pre_spec(node: Node, types: dict) -> hc_pre.HCPreSpec:
     at = node.attrs
     return hc_pre.HCPreSpec(at.n, int(node.types[0].shape[1]), at.norm_eps, at.hc_eps, at.iters,
-                            at.out_eps)
+                            at.out_eps, out_weight=len(node.args) == 5)
 
 
 def hc_post_spec(node: Node, types: dict) -> hc_post.HCPostSpec:

@@ -172,8 +172,9 @@ class HCExpandAttrs:
 @dataclass(frozen=True, slots=True)
 class HCPreAttrs:
     """Stream norm eps (rms_norm_eps), the floor hc_eps, and the Sinkhorn iteration count.
-    out_eps: the site's RMSNorm (weight folded into its projections) applied to y, stored in
-    out_dtype ('' keeps the streams' fp32); None: y is the plain weighted stream sum."""
+    out_eps: the site's RMSNorm applied to y (its weight folded into the projections that read
+    y, or hc_pre's fifth argument), stored in out_dtype ('' keeps the streams' fp32); None: y is
+    the plain weighted stream sum."""
 
     n: int
     norm_eps: float

@@ -226,10 +226,13 @@ def _hc_expand(a: Types, at: ops.HCExpandAttrs) -> tuple[TensorType, ...]:
 
 
 def _hc_pre(a: Types, at: ops.HCPreAttrs) -> tuple[TensorType, ...]:
-    x, fn, base, scale = a
+    x, fn, base, scale, *w = a
     t, n = _rows(x, "streams"), at.n
     _need(x.rank == 3 and x.shape[1] == n, f"streams must be [T, {n}, D], got {x}")
     d = x.shape[2]
+    if w:  # the site norm's weight: y = rms(y) * w
+        _need(at.out_eps is not None, "hc_pre's norm weight needs out_eps")
+        _shape(w[0], d, what="hc_pre norm weight")
     _shape(fn, (2 + n) * n, n * d, what="hc fn")
     _shape(base, (2 + n) * n, what="hc base")
     _shape(scale, 3, what="hc scale")
@@ -358,7 +361,7 @@ SIGNATURES: dict[Op, Signature] = {
     Op.CONCAT: Signature((2,), _concat),
     Op.RESIDUAL_ADD: Signature((2,), _same),
     Op.HC_EXPAND: Signature((1,), _hc_expand),
-    Op.HC_PRE: Signature((4,), _hc_pre),
+    Op.HC_PRE: Signature((4, 5), _hc_pre),
     Op.HC_POST: Signature((4,), _hc_post),
     Op.HC_HEAD_MEAN: Signature((1,), _hc_head_mean),
     Op.LM_HEAD: Signature((2,), _lm_head),

@@ -140,12 +140,18 @@ def fuse_site_norm(graph: Graph) -> PassResult:
     """hc_pre's y read only by normed projections: hc_pre writes rms(y) in the weights' dtype
     and the projections lose their norm prologue (one sum-of-squares where y is made, half the
     bytes read by every projection, and plain GEMM mainloops). The rmsnorm moves, in the nodes'
-    origins too, from the projections to hc_pre."""
+    origins too, from the projections to hc_pre. A y read only by a standalone rmsnorm: hc_pre
+    takes the norm and its weight, and the norm's kernel goes."""
     users, types = graph.users(), graph.value_types()
     index = {id(n): i for i, n in enumerate(graph.nodes)}
-    replace, declined = {}, []
+    replace, declined, drop = {}, [], set()
     for i, node in enumerate(graph.nodes):
         if node.op is not Op.HC_PRE:
+            continue
+        norm = sole_user(graph, node.outs[0], users)
+        if norm is not None and norm.op is Op.RMSNORM:  # y's only reader: a norm kept apart
+            replace[i] = _absorb_norm(graph, node, norm, types)
+            drop.add(index[id(norm)])
             continue
         us = users.get(node.outs[0], [])
         why = _site_norm_refusal(graph, node, us, types)
@@ -160,7 +166,17 @@ def fuse_site_norm(graph: Graph) -> PassResult:
         for u in us:
             replace[index[id(u)]] = _with(graph, u, dataclasses.replace(u.attrs, eps=None),
                                           tuple(o for o in u.sources if o not in norms))
-    return rebuild(graph, replace, set()), tuple(declined)
+    return rebuild(graph, replace, drop), tuple(declined)
+
+
+def _absorb_norm(graph: Graph, site: Node, norm: Node, types: dict) -> Node:
+    """hc_pre writing rmsnorm(y) * w itself (w its fifth argument) under the norm's output
+    name and dtype, for a y read only by that rmsnorm (a MoE block's input: the router, the
+    experts and the shared expert read the normed rows)."""
+    attrs = dataclasses.replace(site.attrs, out_eps=norm.attrs.eps,
+                                out_dtype=types[norm.outs[0]].dtype.value)
+    return make_node(graph, (norm.outs[0], *site.outs[1:]), Op.HC_PRE,
+                     site.args + norm.args[1:], attrs, [site, norm])
 
 
 def _with(graph: Graph, node: Node, attrs, origin: tuple[str, ...]) -> Node:

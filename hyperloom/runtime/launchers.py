@@ -101,9 +101,10 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         extra["y"] = o.scratch[key]
     if spec.site:
         site = entry.finishes.node
-        fn, base, scale = (o[a] for a in site.args[1:])
+        fn, base, scale, *ow = (o[a] for a in site.args[1:])
         extra["site"] = matmul.Site(fn, base, scale, *(o[v] for v in site.outs),
-                                    *_hc_pre_scratch(spec.site, out, o, device))
+                                    *_hc_pre_scratch(spec.site, out, o, device),
+                                    ow=ow[0] if ow else None)
     if not entry.carried_rows:
         return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
 
@@ -128,7 +129,7 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
     node, spec = entry.node, hc_pre_spec(entry.node, o.types)
     src = o.source(entry)
     kerns = tuple(load(src, n, device, entry.name) for n in hc_pre.kernel_names(entry.name))
-    x, fn, base, scale = (o[a] for a in node.args)
+    x, fn, base, scale, *ow = (o[a] for a in node.args)  # ow: the site norm's weight
     y, post, comb = (o[v] for v in node.outs)
     part, count = _hc_pre_scratch(spec, x, o, device)
 
@@ -136,7 +137,7 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
         if entry.launches_at(rows):
             hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y, post=post,
                           comb=comb, part=part, count=count, rows=rows,
-                          fused=rows <= NARROW_ROWS)
+                          fused=rows <= NARROW_ROWS, ow=ow[0] if ow else None)
     return run
 
 

@@ -44,6 +44,9 @@ class Case:
         self.y = self.wide(torch.full((alloc, d + PAD), float("nan"), dtype=y_dtype))
         self.post = torch.full((alloc, n), float("nan"), device=device)
         self.comb = torch.full((alloc, n, n), float("nan"), device=device)
+        self.ow = None  # the site norm's weight (spec.out_weight)
+        if spec.out_weight:
+            self.ow = (torch.rand(d, generator=self.gen) + 0.5).to(device, w_dtype)
 
     def wide(self, t: torch.Tensor) -> torch.Tensor:
         """A column slice of t (row-strided) or a contiguous copy of that slice."""
@@ -61,29 +64,40 @@ class Case:
         for _ in range(2):  # the counters are left zeroed: a second launch is the same
             launch(kernels, self.spec, x=self.x, fn=self.fn, base=self.base, scale=self.scale,
                    y=self.y, post=self.post, comb=self.comb, part=part, count=count,
-                   rows=self.rows, fused=fused)
+                   rows=self.rows, fused=fused, ow=self.ow)
         assert (count == (0 if fused else -1)).all(), "ticket counters not reset, or touched"
 
     def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         s, r = self.spec, self.rows
         at = ops.HCPreAttrs(n=s.n, norm_eps=s.norm_eps, hc_eps=s.hc_eps, iters=s.iters,
                             out_eps=s.out_eps)
+        w = None if self.ow is None else self.ow.to(dtype)
         return hc.hc_pre(Ctx(dtype, None, ()), at, self.x[:r].to(dtype), self.fn.to(dtype),
-                         self.base.to(dtype), self.scale.to(dtype))
+                         self.base.to(dtype), self.scale.to(dtype), w)
 
     def untouched(self) -> None:
         for name in ("y", "post", "comb"):
             assert getattr(self, name)[self.rows:].isnan().all(), f"{name}: slack rows written"
 
 
+def _spec(n: int, d: int, out: str) -> HCPreSpec:
+    """out: "" (y plain), "norm" (the site norm, its weight folded away), "weight" (the norm
+    and its weight: a MoE site's)."""
+    return HCPreSpec(n=n, d=d, norm_eps=1e-6, hc_eps=1e-6, iters=20,
+                     out_eps=1e-5 if out else None, out_weight=out == "weight")
+
+
+OUTS = ["", "norm", "weight"]
+
+
 @pytest.mark.parametrize("n,d", [(4, 300), (2, 200)])
 @pytest.mark.parametrize("rows", [1, 3, 5, 33, 70])
 @pytest.mark.parametrize("sms", [132, 1])  # 1: fewer splits than K blocks, several per split
-@pytest.mark.parametrize("out_eps", [None, 1e-5])  # the site norm folded in
-def test_hc_pre(n: int, d: int, rows: int, sms: int, out_eps, monkeypatch) -> None:
+@pytest.mark.parametrize("out", OUTS)
+def test_hc_pre(n: int, d: int, rows: int, sms: int, out: str, monkeypatch) -> None:
     monkeypatch.setattr(hc_pre_emitter, "SMS", sms)
     monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", WIDE)
-    spec = HCPreSpec(n=n, d=d, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
+    spec = _spec(n, d, out)
     case = Case(spec, rows, "cpu", torch.float32, strided=rows != 5, seed=100 * n + rows)
     case.run()
     y, post, comb = case.reference(torch.float64)
@@ -114,6 +128,21 @@ def test_bad_operand_is_named_before_launch(name: str, bad, message: str) -> Non
     assert case.y.isnan().all() and case.post.isnan().all(), "nothing may run"
 
 
+def test_norm_weight_is_checked_before_launch() -> None:
+    spec = _spec(4, 64, "weight")
+    case = Case(spec, 5, "cpu", torch.float32, strided=False, seed=4)
+    part, count = scratch(spec, 5, "cpu")
+    ops = dict(x=case.x, fn=case.fn, base=case.base, scale=case.scale, y=case.y, post=case.post,
+               comb=case.comb, part=part, count=count, rows=5, fused=False)
+    with pytest.raises(ValueError, match=r"norm weight \(ow=\) is missing"):
+        launch((None,) * 5, spec, **ops)
+    with pytest.raises(ValueError, match=r"norm weight: contiguous \[64\], got \(63,\)"):
+        launch((None,) * 5, spec, **ops, ow=case.ow[:63])
+    with pytest.raises(ValueError, match="a norm weight for a spec without one"):
+        launch((None,) * 5, _spec(4, 64, "norm"), **ops, ow=case.ow)
+    assert case.y.isnan().all(), "nothing may run"
+
+
 @pytest.mark.parametrize("rows", [513, 600, 2048, 4096, 8192, 40000])
 def test_wide_projection_runs_in_one_wave(rows: int) -> None:
     # as many K splits as keep every program of the projection resident at once (a second,
@@ -128,15 +157,15 @@ def test_wide_projection_runs_in_one_wave(rows: int) -> None:
         "a split more would still fit"
 
 
-@pytest.mark.parametrize("out_eps", [None, 1e-5])
+@pytest.mark.parametrize("out", OUTS)
 @pytest.mark.parametrize("rows", [5, 40])  # the finish, the apply
-def test_hc_pre_row_in_chunks(out_eps, rows: int, monkeypatch) -> None:
+def test_hc_pre_row_in_chunks(out: str, rows: int, monkeypatch) -> None:
     """Rows of several finish or apply chunks (the bench widths are one or two), their 12
     splits' partials summed in three rounds (the bench's take one)."""
     monkeypatch.setattr(hc_pre_emitter, "ROW_TILE", 256)
     monkeypatch.setattr(hc_pre_emitter, "SPLIT_BLOCK", 4)
     monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", WIDE)
-    spec = HCPreSpec(n=4, d=300, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
+    spec = _spec(4, 300, out)
     case = Case(spec, rows, "cpu", torch.float32, strided=True, seed=7)
     case.run()
     y, post, comb = case.reference(torch.float64)
@@ -147,10 +176,10 @@ def test_hc_pre_row_in_chunks(out_eps, rows: int, monkeypatch) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 7, 300, 2048])  # 2048: projection + gates + apply
-@pytest.mark.parametrize("out_eps", [None, 1e-5])
+@pytest.mark.parametrize("out", OUTS)
 @pytest.mark.parametrize("d", [4096, 6144])  # 6144: the finish walks the row in two chunks
-def test_hc_pre_gpu(rows: int, out_eps, d: int) -> None:
-    spec = HCPreSpec(n=4, d=d, norm_eps=1e-6, hc_eps=1e-6, iters=20, out_eps=out_eps)
+def test_hc_pre_gpu(rows: int, out: str, d: int) -> None:
+    spec = _spec(4, d, out)
     case = Case(spec, rows, "cuda", torch.bfloat16, strided=True, seed=rows)
     case.run()
     y, post, comb = case.reference(torch.float32)

@@ -49,7 +49,7 @@ class Step:
                                   generator=gen) * 0.3).to(device)
         self.out = torch.full((t, hd), float("nan"), dtype=dtype, device=device)
         self.norm, self.run_norm = None, False  # a carried gated norm's operands (spec.rank)
-        if spec.rank:
+        if getattr(spec, "rank", 0):  # (kda_chunk's specs carry none)
             ga = rand(t, spec.rank + 7)[:, 3: 3 + spec.rank]  # a column slice, as g_a's output
             wg = rand(hd, spec.rank, scale=spec.rank ** -0.5)
             h = torch.full((t, hd), float("nan"), dtype=dtype, device=device)

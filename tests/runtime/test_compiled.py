@@ -329,6 +329,20 @@ def test_bench_plan_fuses_what_the_issue_names():
     assert [s.split()[1] for s in head] == ["hc_head_mean", "rmsnorm", "lm_head"]
 
 
+def test_glm_moe_site_writes_its_normed_rows():
+    """A MoE block's site: its y is read only by post_attention_layernorm (the router, the
+    experts and the shared expert read the normed rows), so hc_pre takes that norm and its
+    weight, and no norm kernel is left in GLM-5.3-Flash's MoE layers. (GLM tiny's engine tests
+    run it folded at decode and finished apart in prefill steps; test_hc_pre every form.)"""
+    comp = _plan("glm5next", "glm-5.3-flash", 4)
+    sites = [k for k in comp.plan.kernels if k.node.op is Op.HC_PRE and len(k.node.args) == 5]
+    assert [k.node.args[4] for k in sites] == ["@layers.3.post_attention_layernorm.weight"]
+    assert [s.split()[1] for s in sites[0].node.sources] == ["hc_pre", "rmsnorm"]
+    norms = [k for k in comp.plan.kernels if k.node.op is Op.RMSNORM]
+    assert all("post_attention_layernorm" not in " ".join(k.node.args) for k in norms), norms
+    assert sites[0].folded  # the GEMM before it finishes it at one row, weight and all
+
+
 def test_glm_moe_sum_rides_in_the_shared_down_epilogue():
     """Each MoE block's routed + shared sum is added in the epilogue of the shared expert's
     down projection, with hc_post (main graph) or the residual add (the MTP drafter's)."""

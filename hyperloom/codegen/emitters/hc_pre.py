@@ -11,7 +11,8 @@ still spread over every multiprocessor (decode: up to 128 splits) and many rows 
 program writes its partial projections m = X_flat @ fn^T to a scratch row [split, row, JP].
 _finish_row: one row's partials summed in wide tiles; its X row (in registers when it fits)
 gives sum(x^2), so the stream norm costs the projection nothing; the gates; every Sinkhorn
-iteration in registers; post, comb and y = sum_i pre[i] * X[i] (rms(y) with out_eps).
+iteration in registers; post, comb and y = sum_i pre[i] * X[i] (rms(y) with out_eps, times the
+norm weight ow with out_weight).
 
 {name}: _partials, then a ticket from the row block's counter; the last program resets it (for
 the next launch and CUDA-graph replays) and finishes the live rows in turn. Decode's one launch.
@@ -74,6 +75,7 @@ class HCPreSpec:
     hc_eps: float
     iters: int
     out_eps: float | None = None  # the site's RMSNorm folded in: y = rms(y)
+    out_weight: bool = False  # and its weight (ow [D]): y = rms(y) * ow
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
@@ -104,6 +106,15 @@ _CONSTS = ("N", "D", "J", "NP", "JP", "BLOCK_T", "BLOCK_P", "BLOCK_K", "BLOCK_Y"
 _SIG = ["x_ptr", "fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "post_ptr", "comb_ptr", "part_ptr",
         "rows", "rows_pad", "splits", "kb_split", "sx_row", "sx_stream", "s_fn", "sy_row",
         "spost_row", "scomb_row", "scomb_i"]
+
+
+def signature(spec: HCPreSpec) -> list[str]:
+    """The kernels' runtime parameters (the norm weight's pointer last, when spec.out_weight)."""
+    return _SIG + (["ow_ptr"] if spec.out_weight else [])
+
+
+_SCALE = "y = y * inv\n"
+_SCALE_W = "y = y * inv * tl.load(ow_ptr + d, mask=d < D, other=0.0).to(tl.float32)\n"
 
 
 def _constexprs(spec: HCPreSpec) -> list[str]:
@@ -233,13 +244,14 @@ def finish_source(spec: HCPreSpec) -> str:
         norm_pass = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
                      + _row_pass(y + "sq += y * y\n", whole)
                      + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
-        scale = "y = y * inv\n"
+        scale = _SCALE_W if spec.out_weight else _SCALE
     y_again = "" if whole and spec.out_eps is not None else y  # the norm pass made it
     store = _row_pass(y_again + scale + "tl.store(y_ptr + row * sy_row + d, "
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole)
     sums, sume = runtime_loop("s0", "0", "splits", "SB", "")
     pick = "".join(f"l{a}{b} = tl.load(cz + {a} * scomb_i + {b})\n" for a, b in _cells(spec.n))
     out_eps = "" if spec.out_eps is None else ",\n                OUT_EPS: tl.constexpr"
+    ow = " ow_ptr," if spec.out_weight else ""
     body = f'''row = row.to(tl.int64)
 j = tl.arange(0, JP)
 ii = tl.arange(0, NP)
@@ -271,7 +283,7 @@ tl.debug_barrier()  # every thread's logits are stored before any is read
     return f'''
 @triton.jit
 def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
-                splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i,
+                splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i,{ow}
                 N: tl.constexpr, D: tl.constexpr, J: tl.constexpr, NP: tl.constexpr,
                 JP: tl.constexpr, SB: tl.constexpr, BLOCK_Y: tl.constexpr,
                 NORM_EPS: tl.constexpr, HC_EPS: tl.constexpr, ITERS: tl.constexpr{out_eps}):
@@ -333,7 +345,7 @@ def _apply_body(spec: HCPreSpec) -> str:
         norm = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
                 + _row_pass(y + "sq += y * y\n", whole, load)
                 + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
-        scale = "y = y * inv\n"
+        scale = _SCALE_W if spec.out_weight else _SCALE
     again = "" if whole and spec.out_eps is not None else y
     store = _row_pass(again + scale + "tl.store(y_ptr + row * sy_row + d, "
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, load)
@@ -361,13 +373,14 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     fused, proj, finish, gates, apply = kernel_names(name)
     consts = _constexprs(spec)
     out_eps = [] if spec.out_eps is None else [f"OUT_EPS: tl.constexpr = {spec.out_eps!r}"]
-    params = _SIG + consts + out_eps
+    params = signature(spec) + consts + out_eps
     part_args = ("x_ptr fn_ptr part_ptr rows rows_pad kb_split sx_row sx_stream s_fn D N J JP "
                  "BLOCK_T BLOCK_K").split()
     wide_args = [a if a != "BLOCK_T" else "BLOCK_P" for a in part_args]
     row_args = ("x_ptr base_ptr scale_ptr y_ptr post_ptr comb_ptr part_ptr rows_pad splits "
-                "sx_row sx_stream sy_row spost_row scomb_row scomb_i N D J NP JP SB BLOCK_Y "
-                "NORM_EPS HC_EPS ITERS").split() + (["OUT_EPS"] if out_eps else [])
+                "sx_row sx_stream sy_row spost_row scomb_row scomb_i").split() \
+        + ["ow_ptr"] * spec.out_weight + ("N D J NP JP SB BLOCK_Y NORM_EPS HC_EPS ITERS".split()
+                                          + (["OUT_EPS"] if out_eps else []))
     partials = wrap("    _partials(", part_args, ")", 14)
     wide = wrap("    _partials(", wide_args, ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
@@ -375,7 +388,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     wait = pdl("    ")
     return f'''
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {fused}(", _SIG + ["count_ptr"] + consts + out_eps, "):", 8)}
+{wrap(f"def {fused}(", signature(spec) + ["count_ptr"] + consts + out_eps, "):", 8)}
 {wait}{partials}
     # every thread's partials are written before the ticket; the last ticket finishes the block
     tl.debug_barrier()
@@ -446,14 +459,27 @@ def _check(spec: HCPreSpec, rows: int, **tensors: torch.Tensor) -> None:
                 lambda: f"hc_pre {name}: float32, got {tensors[name].dtype}")
 
 
+def check_weight(spec: HCPreSpec, ow: torch.Tensor | None) -> None:
+    """The site norm's weight: [D], contiguous, given exactly when spec.out_weight."""
+    if not spec.out_weight:
+        require(ow is None, lambda: "hc_pre: a norm weight for a spec without one")
+        return
+    require(ow is not None, lambda: "hc_pre: the spec's norm weight (ow=) is missing")
+    require(tuple(ow.shape) == (spec.d,) and ow.is_contiguous(),
+            lambda: f"hc_pre norm weight: contiguous [{spec.d}], got {tuple(ow.shape)}")
+
+
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
-           part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool) -> None:
+           part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool,
+           ow: torch.Tensor | None = None) -> None:
     """kernels: the five of kernel_names(name), loaded; part, count: from scratch(spec, >=
     rows). fused: one launch whose last program per row block finishes its rows in turn (the
     faster form for one row), else the projection and a finish program per row, or above
-    WIDE_ROWS rows the projection, an apply program per row and gates over row blocks."""
+    WIDE_ROWS rows the projection, an apply program per row and gates over row blocks.
+    ow: the site norm's weight [D] (spec.out_weight)."""
     _check(spec, rows, x=x, fn=fn, base=base, scale=scale, y=y, post=post, comb=comb)
+    check_weight(spec, ow)
     if rows == 0:
         return
     one, proj, finish, gates, apply = kernels
@@ -467,7 +493,7 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     kb_split = cdiv(spec.n * cdiv(spec.d, b["BLOCK_K"]), nsplit)
     args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
             x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),
-            comb.stride(1))
+            comb.stride(1)) + ((ow,) if spec.out_weight else ())
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
         return

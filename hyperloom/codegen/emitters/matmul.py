@@ -123,7 +123,9 @@ def _params(spec: MatmulSpec) -> list[str]:
         names.append("sst_t")
     if spec.epilogue == "hc_post":
         names += ["sst_h", "sp_t", "sc_t", "sc_i"]
-    return names + (list(SITE_PARAMS) if spec.site else [])
+    if not spec.site:
+        return names
+    return names + list(SITE_PARAMS) + ["ow_ptr"] * spec.site.out_weight
 
 
 _CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "GEMV")
@@ -350,13 +352,15 @@ class Site:
     comb: torch.Tensor
     part: torch.Tensor
     count: torch.Tensor
+    ow: torch.Tensor | None = None  # the site norm's weight (spec.site.out_weight)
 
     def bound(self) -> dict[str, object]:
         return {"fn_ptr": self.fn, "base_ptr": self.base, "scale_ptr": self.scale,
                 "y_ptr": self.y, "spost_ptr": self.post, "scomb_ptr": self.comb,
                 "part_ptr": self.part, "count_ptr": self.count, "s_fn": self.fn.stride(0),
                 "s_y": self.y.stride(0), "s_post": self.post.stride(0),
-                "s_comb": self.comb.stride(0), "s_comb_i": self.comb.stride(1)}
+                "s_comb": self.comb.stride(0), "s_comb_i": self.comb.stride(1),
+                "ow_ptr": self.ow}
 
 
 def finishes_site(spec: MatmulSpec, rows: int) -> bool:
@@ -384,6 +388,7 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
     extra = {}
     if spec.site:
         require(site is not None, "a site-feeding GEMM needs its site's operands")
+        hc_pre.check_weight(spec.site, site.ow)
         bound |= site.bound()
         extra["SITE"] = finishes_site(spec, rows)
         _, jp = hc_pre.projections(spec.site)

@@ -98,7 +98,8 @@ def _site(spec: MatmulSpec) -> list[str]:
         "    tl.store(count_ptr, 0)",
         *wrap("    _finish_row(", ["pid_m", "out_ptr", "base_ptr", "scale_ptr", "y_ptr",
                                    "spost_ptr", "scomb_ptr", "part_ptr", "1", "num_n", "so_t",
-                                   "so_h", "s_y", "s_post", "s_comb", "s_comb_i", consts], ")",
+                                   "so_h", "s_y", "s_post", "s_comb", "s_comb_i"]
+              + ["ow_ptr"] * spec.site.out_weight + [consts], ")",
               16).splitlines(),
     ]
 

@@ -24,7 +24,7 @@ def sinkhorn(logits: torch.Tensor, eps: float, iters: int) -> torch.Tensor:
 
 
 def hc_pre(ctx: Ctx, at: ops.HCPreAttrs, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
-           scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
+           scale: torch.Tensor, w: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     t, n = x.shape[0], at.n
     m = rms(x.reshape(t, -1), at.norm_eps) @ fn.T  # [T, (2+n)*n]
     pre = torch.sigmoid(scale[0] * m[:, :n] + base[:n]) + at.hc_eps
@@ -32,7 +32,9 @@ def hc_pre(ctx: Ctx, at: ops.HCPreAttrs, x: torch.Tensor, fn: torch.Tensor, base
     comb = (scale[2] * m[:, 2 * n:] + base[2 * n:]).view(t, n, n)
     comb = sinkhorn(comb, at.hc_eps, at.iters)
     y = (pre[:, :, None] * x).sum(1)  # [T, D]
-    return (y if at.out_eps is None else rms(y, at.out_eps)), post, comb
+    if at.out_eps is not None:  # the site norm (times its weight w when not folded away)
+        y = rms(y, at.out_eps) if w is None else rms(y, at.out_eps) * w
+    return y, post, comb
 
 
 def hc_post(ctx: Ctx, at: ops.NoAttrs, f: torch.Tensor, x: torch.Tensor, post: torch.Tensor,
