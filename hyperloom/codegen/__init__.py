@@ -40,7 +40,7 @@ from hyperloom.codegen.specs import (
 from hyperloom.errors import CodegenError
 from hyperloom.ir.ops import Op
 from hyperloom.ir.printer import print_node
-from hyperloom.passes.kernel_plan import INTERPRETER, KernelEntry
+from hyperloom.passes.kernel_plan import ALWAYS, INTERPRETER, KernelEntry
 
 EMITTERS = {  # emitter kind -> (spec from the node and operand types, its module)
     "matmul": (matmul_spec, matmul), "hc_pre": (hc_pre_spec, hc_pre),
@@ -61,7 +61,7 @@ def header(entry: KernelEntry) -> str:
 
 def entry_spec(entry: KernelEntry, types: dict):
     """The emitter spec of a plan entry: its node's, plus the site a GEMM finishes, the gate
-    a KDA conv carries or the gated norm the KDA recurrence carries."""
+    a KDA conv carries, the gated norm the KDA recurrence carries or the norm a norm carries."""
     if entry.emitter not in EMITTERS:
         raise CodegenError(f"no emitter {entry.emitter!r} for {entry.name}; emitters: "
                            f"{', '.join(EMITTERS)}")
@@ -72,6 +72,8 @@ def entry_spec(entry: KernelEntry, types: dict):
     if carried is not None and carried.op is Op.LINEAR_KDA_GATE:  # (f, wf, dt_bias, a_log)
         spec = dataclasses.replace(spec, gate=kda_gate_spec(carried, types),
                                    rank=int(types[carried.args[1]].shape[1]))
+    elif carried is not None and entry.emitter == "norm":  # an independent norm after it
+        spec = dataclasses.replace(spec, then=norm_spec(carried, types))
     elif carried is not None:  # linear_gated_norm(ga, wg, o, nw) of the KDA recurrence
         spec = dataclasses.replace(spec, rank=int(types[carried.args[1]].shape[1]),
                                    eps=carried.attrs.eps)
@@ -79,7 +81,8 @@ def entry_spec(entry: KernelEntry, types: dict):
 
 
 def kernel_source(entry: KernelEntry, types: dict) -> str | None:
-    """The generated Triton source of a plan entry (None for interpreter fallbacks)."""
-    if entry.emitter == INTERPRETER:
+    """The generated Triton source of a plan entry (None for interpreter fallbacks and entries
+    the one before runs at every width)."""
+    if entry.emitter == INTERPRETER or entry.carried_rows >= ALWAYS:
         return None
     return EMITTERS[entry.emitter][1].source(entry.name, entry_spec(entry, types), header(entry))

@@ -38,6 +38,7 @@ KDA_CHUNK_LAUNCHES = 6  # its kernels (emitters.kda_chunk.kernel_names)
 KDA_CONV_SERIAL_ROWS = 16  # up to this many rows a sequence the KDA conv walks each run
 MLA_DENSE_ROWS = 64  # a step whose longest run has this many rows attends its MLA rows below
 # index_topk in the dense form (emitters.mla), one launch more
+ALWAYS = 1 << 62  # carried_rows of an entry carried at every width
 
 
 def folds(rows: int) -> bool:
@@ -86,7 +87,8 @@ class KernelEntry:
     # an entry whose launch also runs the entry right after it in steps of at most
     # `carried_rows` rows (the carried entry launches nothing there): CONFIG.conv_gate, a KDA
     # conv carries the f_b GEMM + decay gate (up to GEMV_ROWS rows); CONFIG.kda_norm_rows, the
-    # KDA recurrence carries g_b's GEMM + gated output norm
+    # KDA recurrence carries g_b's GEMM + gated output norm; a row norm carries an independent
+    # norm right after it (ALWAYS)
     carries: KernelEntry | None = None
     carried_rows: int = 0
 
@@ -98,8 +100,10 @@ class KernelEntry:
 
     def line(self) -> str:
         also = f"; finishes {self.finishes.name} at one row" if self.finishes else ""
-        also += (f"; runs {self.carries.name} up to {self.carries.carried_rows} rows"
-                 if self.carries else "")
+        if self.carries:
+            most = self.carries.carried_rows
+            also += f"; runs {self.carries.name}" + (f" up to {most} rows" if most < ALWAYS
+                                                      else " in its launch")
         return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
                 f"fuses {', '.join(self.node.sources)}{also}")
 
@@ -213,7 +217,9 @@ def _carried_rows(k: KernelEntry, nxt: KernelEntry) -> int:
     """Up to how many rows `k`'s launch can run `nxt` (0: it cannot): a KDA conv the f_b GEMM +
     decay gate that reads no conv output; the KDA recurrence g_b's GEMM + gated norm of its own
     output over whole heads, up to CONFIG.kda_norm_rows (a step of that many rows takes the
-    recurrent form)."""
+    recurrent form); a row norm another that reads none of its outputs, at every width."""
+    if k.emitter == "norm" and nxt.emitter == "norm" and not set(nxt.node.args) & set(k.node.outs):
+        return ALWAYS
     if k.emitter == "kda_conv" and nxt.node.op is Op.LINEAR_KDA_GATE and CONFIG.conv_gate \
             and not set(nxt.node.args) & set(k.node.outs):
         return GEMV_ROWS
@@ -230,7 +236,7 @@ def _carry(kernels: list[KernelEntry], arena: ArenaPlan) -> list[KernelEntry]:
     its plan position, inside the first's launch, while the first's programs still read)."""
     out = list(kernels)
     for i, (k, nxt) in enumerate(zip(kernels, kernels[1:])):
-        most = _carried_rows(k, nxt) if nxt.emitter == "matmul" and not k.carried_rows else 0
+        most = 0 if k.carried_rows else _carried_rows(k, nxt)
         if most <= 0 or any(_overlap(nxt.node.outs[0], v, arena)
                             for v in k.node.args + k.node.outs + nxt.node.args):
             continue

@@ -39,7 +39,6 @@ from hyperloom.codegen.specs import (
     mla_spec,
     moe_experts_spec,
     moe_router_spec,
-    norm_spec,
 )
 from hyperloom.ir.ops import Op, addend_of
 from hyperloom.ir.semantics import EVAL, Ctx
@@ -308,14 +307,26 @@ def _moe_experts(entry: KernelEntry, o: Operands, device) -> Launch:
     return lambda rows, _: moe_experts.launch(kerns, spec, rows=rows, **args)
 
 
+def _norm_operands(node, o: Operands) -> norm.Operands:
+    x, *args = (o[a] for a in node.args)  # rmsnorm (w), gated (gate, w), layernorm (w, b)
+    out = o[node.outs[0]]
+    if node.op is Op.GATED_RMSNORM:
+        return norm.Operands(x, args[1], out, gate=args[0])
+    return norm.Operands(x, args[0], out, b=args[1] if node.op is Op.LAYERNORM else None)
+
+
 def _norm(entry: KernelEntry, o: Operands, device) -> Launch:
-    node, spec = entry.node, norm_spec(entry.node, o.types)
-    kern = load(o.source(entry), entry.name, device)
-    x, out = o[node.args[0]], o[node.outs[0]]
-    args = [o[a] for a in node.args[1:]]  # rmsnorm (w), gated (gate, w), layernorm (w, b)
-    extra = {"layernorm": {"b": args[-1]}, "gated_rmsnorm": {"gate": args[0]}}.get(spec.kind, {})
-    w = args[1] if spec.kind == "gated_rmsnorm" else args[0]
-    return lambda rows, _: norm.launch(kern, spec, x=x, w=w, out=out, rows=rows, **extra)
+    """A row norm (with the norm it carries, if any; a carried norm launches nothing)."""
+    spec = entry_spec(entry, o.types)
+    kern = None if entry.carried_rows else load(o.source(entry), entry.name, device)
+    ops = _norm_operands(entry.node, o)
+    then = _norm_operands(entry.carries.node, o) if entry.carries is not None else None
+
+    def run(rows: int, _: int) -> None:
+        if entry.launches_at(rows):
+            norm.launch(kern, spec, x=ops.x, w=ops.w, out=ops.out, rows=rows, gate=ops.gate,
+                        b=ops.b, then=then)
+    return run
 
 
 def _elementwise(entry: KernelEntry, o: Operands, device) -> Launch:

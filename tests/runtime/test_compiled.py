@@ -292,9 +292,13 @@ def test_glm_draft_matches_the_reference():
 
 # -- structure ---------------------------------------------------------------------------
 def _plan(model: str, config: str, layers: int | None = None):
+    return _plan_of(hyperloom.build(model, config, layers).main)
+
+
+def _plan_of(graph):
     from hyperloom.codegen.compilation import compile_graph
 
-    return compile_graph(hyperloom.build(model, config, layers).main, 64)
+    return compile_graph(graph, 64)
 
 
 @pytest.mark.parametrize("config", ["tiny-hc", "bench"])
@@ -341,6 +345,29 @@ def test_glm_moe_site_writes_its_normed_rows():
     norms = [k for k in comp.plan.kernels if k.node.op is Op.RMSNORM]
     assert all("post_attention_layernorm" not in " ".join(k.node.args) for k in norms), norms
     assert sites[0].folded  # the GEMM before it finishes it at one row, weight and all
+
+
+def test_independent_norms_share_a_launch():
+    """A DSA layer's latent norm and indexer-key norm (and the MTP drafter's enorm and hnorm):
+    the first runs the second as more programs of its launch at every width; a norm that
+    reads the first's output is not carried; the second's entry launches nothing and has no
+    source of its own. (GLM tiny's engine tests run the pair at decode and prefill.)"""
+    import dataclasses
+
+    comp = _plan("glm5next", "tiny")
+    kernels = list(comp.plan.kernels)
+    i = next(i for i, k in enumerate(kernels) if k.carries and k.emitter == "norm")
+    first, second = kernels[i], kernels[i + 1]
+    assert [k.node.op for k in (first, second)] == [Op.RMSNORM, Op.LAYERNORM]
+    assert first.carries == second and "in its launch" in first.line()
+    assert [second.launches_at(r) for r in (1, 16, 65, 4096)] == [0] * 4
+    assert first.launches_at(4096) == 1 and second.name not in comp.sources
+    reads_it = dataclasses.replace(second.node, args=(first.node.outs[0],) + second.node.args[1:])
+    plain = [dataclasses.replace(k, carries=None, carried_rows=0) for k in kernels]
+    plain[i + 1] = dataclasses.replace(plain[i + 1], node=reads_it)
+    assert not kernel_plan._carry(plain, comp.arena)[i].carries
+    mtp = _plan_of(hyperloom.build("glm5next", "tiny").mtp).plan.kernels
+    assert [k.node.op for k in mtp if k.emitter == "norm" and k.carries] == [Op.RMSNORM] * 2
 
 
 def test_glm_moe_sum_rides_in_the_shared_down_epilogue():
