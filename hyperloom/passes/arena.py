@@ -16,6 +16,12 @@ from hyperloom.ir.ops import Op
 from hyperloom.ir.types import T
 
 ALIGN = 256
+_NORMS = (Op.RMSNORM, Op.LAYERNORM, Op.GATED_RMSNORM)
+# a node the kernel plan may run inside the launch of the node before it (kernel_plan._carry)
+# writes its results while that node still reads and writes: they are born a node early, so
+# they share no bytes with that node's operands
+CARRIED_AFTER = {Op.LINEAR_KDA_GATE: (Op.KDA_CONV,), Op.LINEAR_GATED_NORM: (Op.KDA,),
+                 **dict.fromkeys(_NORMS, _NORMS)}
 
 
 @dataclass(frozen=True)
@@ -73,8 +79,9 @@ def _groups(graph: Graph) -> list[tuple[tuple[str, ...], str, list[tuple[int, ..
 def _lifetimes(graph: Graph) -> dict[str, tuple[int, int]]:
     life = {}
     for i, node in enumerate(graph.nodes):
+        early = i > 0 and graph.nodes[i - 1].op in CARRIED_AFTER.get(node.op, ())
         for o in node.outs:
-            life[o] = (i, i)
+            life[o] = (i - early, i)
         for a in node.args:
             if a in life:
                 life[a] = (life[a][0], i)

@@ -141,6 +141,11 @@ def test_kda_recurrence_carries_the_gated_norm():
         assert not kernel_plan._carry(plain, arena)[i].carries
         with overrides(kda_norm_rows=0):
             assert _plan("glm5next", "tiny", 1).plan.launches(1) == comp.plan.launches(1) + 1
+    # at GLM-5.3-Flash's size too: the arena places a carried result apart from the operands
+    # of the node whose launch writes it (arena.CARRIED_AFTER)
+    flash = _plan("glm5next", "glm-5.3-flash", 4).plan.kernels
+    kdas = [k for k in flash if k.emitter in ("kda", "kda_conv")]
+    assert len(kdas) == 6 and all(k.carries for k in kdas)
     with overrides(kda_norm_rows=1):
         test_prefill_and_16_decode_steps_match_the_reference("glm5next", "tiny")
     with overrides(kda_norm_rows=0):
