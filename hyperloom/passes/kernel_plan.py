@@ -13,7 +13,7 @@ from hyperloom.config import CONFIG
 from hyperloom.ir.graph import Graph, Node
 from hyperloom.ir.ops import Op
 from hyperloom.ir.printer import print_node
-from hyperloom.passes.arena import ArenaPlan
+from hyperloom.passes.arena import CARRIED_AFTER, ArenaPlan
 
 EMITTER_OF: dict[Op, str] = {
     Op.EMBEDDING: "embedding", Op.EMBED_STREAMS: "embedding",
@@ -217,7 +217,10 @@ def _carried_rows(k: KernelEntry, nxt: KernelEntry) -> int:
     """Up to how many rows `k`'s launch can run `nxt` (0: it cannot): a KDA conv the f_b GEMM +
     decay gate that reads no conv output; the KDA recurrence g_b's GEMM + gated norm of its own
     output over whole heads, up to CONFIG.kda_norm_rows (a step of that many rows takes the
-    recurrent form); a row norm another that reads none of its outputs, at every width."""
+    recurrent form); a row norm another that reads none of its outputs, at every width. Only
+    the pairs the arena births early (arena.CARRIED_AFTER) qualify."""
+    if k.node.op not in CARRIED_AFTER.get(nxt.node.op, ()):
+        return 0
     if k.emitter == "norm" and nxt.emitter == "norm" and not set(nxt.node.args) & set(k.node.outs):
         return ALWAYS
     if k.emitter == "kda_conv" and nxt.node.op is Op.LINEAR_KDA_GATE and CONFIG.conv_gate \
