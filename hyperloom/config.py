@@ -32,15 +32,22 @@ class Config:
         "help": "a one-row decode step finishes each mHC site's hc_pre in the last program of "
                 "the GEMM whose hc_post epilogue wrote its streams (one launch a site fewer: "
                 "decode 0.596 -> 0.580 ms on the H200, BENCHMARKS)"})
+    form_sites: bool = field(default=True, metadata={
+        "help": "with fold_sites, a folded site whose y is read only by the GEMV right after "
+                "it: that GEMV forms y at one row by linearity from the new streams (their "
+                "parts as its A rows, y's norm from their Gram, the gates from the partials), "
+                "and one more of its programs writes the site's post and comb; the GEMM "
+                "before writes partials only, with no finish"})
     conv_gate: bool = field(default=True, metadata={
         "help": "a step of at most 16 rows runs each KDA layer's f_b GEMM and decay gate as "
                 "more programs of its conv's launch (both read only the front projections' "
                 "outputs): one launch a KDA layer fewer at decode"})
-    kda_norm_rows: int = field(default=16, metadata={
+    kda_norm_rows: int = field(default=1, metadata={
         "help": "a step of at most this many rows (at most 31) runs each KDA layer's g_b GEMM "
                 "and gated output norm in its recurrence's launch (a ticket a (row, head): "
                 "the head's last program writes the norm), one launch a KDA layer fewer; 0: "
-                "never"})
+                "never (H200, GLM-5.3-Flash's KDA layer: one row 7.2 us against 4.5 + 3.5 "
+                "apart; 16 rows 46.0 against 35.9 + 4.0)"})
     eager_replay: bool = field(default=True, metadata={
         "help": "a GPU step of Python launches (prefill) replays its shape's first step's "
                 "compiled kernels on the same arguments, past Triton's argument binding (H200: "

@@ -84,6 +84,11 @@ class KernelEntry:
     # entry right after it (which then launches nothing at one row: `folded`)
     finishes: KernelEntry | None = None
     folded: bool = False
+    # CONFIG.form_sites: a folded hc_pre whose y the GEMV right after it forms at one row from
+    # the streams' parts (`formed`; the GEMM before then writes partials only), and that GEMV
+    # (`forms`: the hc_pre entry)
+    formed: bool = False
+    forms: KernelEntry | None = None
     # an entry whose launch also runs the entry right after it in steps of at most
     # `carried_rows` rows (the carried entry launches nothing there): CONFIG.conv_gate, a KDA
     # conv carries the f_b GEMM + decay gate (up to GEMV_ROWS rows); CONFIG.kda_norm_rows, the
@@ -99,7 +104,12 @@ class KernelEntry:
         return next(n for most, n in self.counts if most is None or rows <= most)
 
     def line(self) -> str:
-        also = f"; finishes {self.finishes.name} at one row" if self.finishes else ""
+        also = ""
+        if self.finishes:
+            also = (f"; writes {self.finishes.name}'s partials at one row" if self.finishes.formed
+                    else f"; finishes {self.finishes.name} at one row")
+        if self.forms:
+            also += f"; forms {self.forms.name}'s y at one row"
         if self.carries:
             most = self.carries.carried_rows
             also += f"; runs {self.carries.name}" + (f" up to {most} rows" if most < ALWAYS
@@ -199,7 +209,38 @@ def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
                                    batched=emitter in ("attention", "kda")))
     if CONFIG.fold_sites:
         kernels = _fold_sites(kernels)
+    if CONFIG.fold_sites and CONFIG.form_sites:
+        kernels = _form_sites(kernels, types)
     return KernelPlan(graph.name, tuple(_carry(kernels, arena)))
+
+
+def _forms(site: KernelEntry, nxt: KernelEntry, kernels: list[KernelEntry], types: dict) -> bool:
+    """Whether `nxt` can form the folded `site`'s y at one row (emitters.matmul's site_in): a
+    GEMV with no norm prologue and the store or swiglu epilogue is y's only reader, and y is
+    the site norm's output without a weight of its own (the weight is folded into nxt's)."""
+    y, at = site.node.outs[0], site.node.attrs
+    return (nxt.emitter == "matmul" and nxt.node.op in (Op.LINEAR, Op.NORM_LINEAR,
+                                                        Op.SWIGLU_LINEAR)
+            and nxt.node.args[0] == y and getattr(nxt.node.attrs, "eps", None) is None
+            and at.out_eps is not None and len(site.node.args) == 4 and 2 * at.n <= 16
+            and types[y].dtype == types[nxt.node.args[1]].dtype
+            and sum(y in k.node.args for k in kernels) == 1)
+
+
+def _form_sites(kernels: list[KernelEntry], types: dict) -> list[KernelEntry]:
+    """Mark each folded site whose y the GEMV after it forms (`_forms`): that GEMV, its
+    `forms`, and the GEMM before, whose `finishes` then writes the partials and stream parts
+    only. The site's finish (a ticket, then one program's Sinkhorn, row read and y) leaves the
+    one-row step's critical path."""
+    out = list(kernels)
+    for i in range(1, len(kernels) - 1):
+        site, nxt = kernels[i], kernels[i + 1]
+        if not (site.folded and out[i - 1].finishes and _forms(site, nxt, kernels, types)):
+            continue
+        out[i] = dataclasses.replace(site, formed=True)
+        out[i - 1] = dataclasses.replace(out[i - 1], finishes=out[i])
+        out[i + 1] = dataclasses.replace(nxt, forms=out[i])
+    return out
 
 
 def _overlap(a: str, b: str, arena: ArenaPlan) -> bool:

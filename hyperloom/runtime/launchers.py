@@ -101,9 +101,16 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
     if spec.site:
         site = entry.finishes.node
         fn, base, scale, *ow = (o[a] for a in site.args[1:])
+        parts = _site_parts(spec.site, site, o, device) if spec.site_parts else None
         extra["site"] = matmul.Site(fn, base, scale, *(o[v] for v in site.outs),
                                     *_hc_pre_scratch(spec.site, out, o, device),
-                                    ow=ow[0] if ow else None)
+                                    ow=ow[0] if ow else None, parts=parts)
+    if spec.site_in:
+        site = entry.forms.node
+        part, _ = _hc_pre_scratch(spec.site_in, o[site.args[0]], o, device)
+        extra["site_in"] = matmul.SiteIn(part, _site_parts(spec.site_in, site, o, device),
+                                         o[site.args[2]], o[site.args[3]], o[site.outs[1]],
+                                         o[site.outs[2]])
     if not entry.carried_rows:
         return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
 
@@ -119,6 +126,16 @@ def _hc_pre_scratch(spec: hc_pre.HCPreSpec, x: torch.Tensor, o: Operands,
     key = ("hc_pre", spec, x.shape[0])
     if key not in o.scratch:
         o.scratch[key] = hc_pre.scratch(spec, x.shape[0], device)
+    return o.scratch[key]
+
+
+def _site_parts(spec: hc_pre.HCPreSpec, site, o: Operands, device) -> torch.Tensor:
+    """The stream parts a site's GEMM writes and the GEMV that forms its y reads, in y's
+    dtype: one buffer serves every site of this shape in turn."""
+    dtype = o[site.outs[0]].dtype
+    key = ("site_parts", spec.n, spec.d, dtype)
+    if key not in o.scratch:
+        o.scratch[key] = matmul.site_parts(spec, dtype, device)
     return o.scratch[key]
 
 

@@ -4,6 +4,7 @@ recorded-step replay with padded buckets, and the structure of the plan."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 
@@ -74,6 +75,43 @@ def test_folded_and_plain_sites_match_the_reference(model, config):
         assert comp.plan.launches(65) == plain.launches(65)
     with overrides(fold_sites=False):  # the default folds: the plain form is checked here
         test_prefill_and_16_decode_steps_match_the_reference(model, config)
+
+
+@pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])
+def test_formed_sites(model, config):
+    # form_sites: the GEMV after a folded site whose y only it reads forms y at one row from
+    # the streams' parts; the GEMM before writes partials only; launches are unchanged
+    comp = _plan(model, config)
+    kernels = comp.plan.kernels
+    formed = [i for i, k in enumerate(kernels) if k.formed]
+    assert formed
+    for i in formed:
+        site, before, gemv = kernels[i], kernels[i - 1], kernels[i + 1]
+        assert site.folded and before.finishes == site and gemv.forms == site
+        assert gemv.node.args[0] == site.node.outs[0] and gemv.emitter == "matmul"
+        assert "forms" in gemv.line() and "partials" in before.line()
+    if model == "llama":  # every folded site of llama is formed
+        assert len(formed) == sum(k.folded for k in kernels)
+    with overrides(form_sites=False):
+        plain = _plan(model, config).plan
+        assert not any(k.formed or k.forms for k in plain.kernels)
+        assert plain.launches(1) == comp.plan.launches(1)
+        # the default forms: the finishing fold is checked here
+        test_prefill_and_16_decode_steps_match_the_reference(model, config)
+
+
+def test_a_site_read_by_two_is_not_formed():
+    # y read by another entry too cannot be formed inside one GEMV
+    comp = _plan("llama", "tiny-hc")
+    kernels = list(comp.plan.kernels)
+    i = next(i for i, k in enumerate(kernels) if k.formed)
+    unformed = [dataclasses.replace(k, formed=False, forms=None) for k in kernels]
+    types = comp.graph.value_types()
+    assert kernel_plan._form_sites(unformed, types)[i].formed
+    reader = kernels[i + 2]  # attention or the down GEMV: made to read y as well
+    node = dataclasses.replace(reader.node, args=reader.node.args + (kernels[i].node.outs[0],))
+    unformed[i + 2] = dataclasses.replace(unformed[i + 2], node=node)
+    assert not kernel_plan._form_sites(unformed, types)[i].formed
 
 
 def test_kda_conv_carries_the_gate_up_to_16_rows():

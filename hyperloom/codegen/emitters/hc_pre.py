@@ -231,6 +231,39 @@ def _put_cells(n: int, row: str, mask: str = "") -> str:
     return "".join(f"tl.store({row} + {a} * scomb_i + {b}, c{a}{b}{m})\n" for a, b in _cells(n))
 
 
+def _partial_sums() -> str:
+    """m [JP]: the row's partials summed over the splits, SB at a time."""
+    head, tail = runtime_loop("s0", "0", "splits", "SB", "")
+    return f'''m = tl.zeros((JP,), tl.float32)
+sb = tl.arange(0, SB)
+{head}    s = s0 + sb
+    m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + j[None, :],
+                        mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
+{tail}'''
+
+
+# from m and ss (the row's sum(x^2)): every projection's logit z and sigmoid, post stored
+_GATES = """# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
+                                                   tl.load(scale_ptr + 2)))
+z = m * tl.rsqrt(ss / (N * D) + NORM_EPS) * sc + tl.load(base_ptr + j, mask=j < J, other=0.0)
+sig = tl.sigmoid(z)
+tl.store(post_ptr + row * spost_row + (j - N), 2.0 * sig, mask=(j >= N) & (j < 2 * N))
+"""
+
+
+def _comb(n: int) -> str:
+    """The row's comb from its logits z: Sinkhorn, stored."""
+    pick = "".join(f"l{a}{b} = tl.load(cz + {a} * scomb_i + {b})\n" for a, b in _cells(n))
+    park = ("# the comb logits parked in the row's comb and read back as scalars: Sinkhorn cell "
+            "by cell,\n# no cross-thread reductions (as [NP, NP] tiles, two a half-step)\n")
+    return park + f'''cz = comb_ptr + row * scomb_row
+ab = j - 2 * N
+tl.store(cz + (ab // N) * scomb_i + ab % N, z, mask=(j >= 2 * N) & (j < J))
+tl.debug_barrier()  # every thread's logits are stored before any is read
+{pick}{_sinkhorn_cells(n)}{_put_cells(n, 'cz')}'''
+
+
 def finish_source(spec: HCPreSpec) -> str:
     """The `_finish_row` helper (a GEMM that finishes the site it feeds includes it too)."""
     # passes over X: sum(x^2) for the stream norm, sum(y^2) for out_eps, then y
@@ -248,8 +281,6 @@ def finish_source(spec: HCPreSpec) -> str:
     y_again = "" if whole and spec.out_eps is not None else y  # the norm pass made it
     store = _row_pass(y_again + scale + "tl.store(y_ptr + row * sy_row + d, "
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole)
-    sums, sume = runtime_loop("s0", "0", "splits", "SB", "")
-    pick = "".join(f"l{a}{b} = tl.load(cz + {a} * scomb_i + {b})\n" for a, b in _cells(spec.n))
     out_eps = "" if spec.out_eps is None else ",\n                OUT_EPS: tl.constexpr"
     ow = " ow_ptr," if spec.out_weight else ""
     body = f'''row = row.to(tl.int64)
@@ -258,28 +289,11 @@ ii = tl.arange(0, NP)
 dd = tl.arange(0, BLOCK_Y)
 smask = (ii < N)[:, None]  # padded streams read zeros
 x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
-m = tl.zeros((JP,), tl.float32)
-sb = tl.arange(0, SB)
-{sums}    s = s0 + sb
-    m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + j[None, :],
-                        mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
-{sume}{head}# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
-sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
-                                                   tl.load(scale_ptr + 2)))
-z = m * tl.rsqrt(ss / (N * D) + NORM_EPS) * sc + tl.load(base_ptr + j, mask=j < J, other=0.0)
-sig = tl.sigmoid(z)
-tl.store(post_ptr + row * spost_row + (j - N), 2.0 * sig, mask=(j >= N) & (j < 2 * N))
-
+{_partial_sums()}{head}{_GATES}
 # register tensors cannot be sliced: pick columns out with one-hot masked sums
 pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
 {norm_pass}{store}
-# the comb logits parked in the row's comb and read back as scalars: Sinkhorn cell by cell,
-# no cross-thread reductions (as [NP, NP] tiles, two a half-step)
-cz = comb_ptr + row * scomb_row
-ab = j - 2 * N
-tl.store(cz + (ab // N) * scomb_i + ab % N, z, mask=(j >= 2 * N) & (j < J))
-tl.debug_barrier()  # every thread's logits are stored before any is read
-{pick}{_sinkhorn_cells(spec.n)}{_put_cells(spec.n, 'cz')}'''
+{_comb(spec.n)}'''
     return f'''
 @triton.jit
 def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
@@ -289,6 +303,33 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
                 NORM_EPS: tl.constexpr, HC_EPS: tl.constexpr, ITERS: tl.constexpr{out_eps}):
     """One row: partials -> gates -> Sinkhorn -> post, comb, y."""
 {_indent(body, 4)}'''
+
+
+def gates_source(spec: HCPreSpec) -> str:
+    """The `_site_gates` helper: a one-row site's post and comb from partials that carry the
+    row's sum(x^2) in column J (a GEMV that forms the site's y itself runs it in one program)."""
+    body = f'''row = 0
+rows_pad = 1
+spost_row = 0
+scomb_row = 0
+j = tl.arange(0, JP)
+{_partial_sums()}ss = tl.sum(tl.where(j == J, m, 0.0), axis=0)
+{_GATES}{_comb(spec.n)}'''
+    return f'''
+@triton.jit
+def _site_gates(part_ptr, splits, base_ptr, scale_ptr, post_ptr, comb_ptr, scomb_i,
+                N: tl.constexpr, D: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
+                SB: tl.constexpr, NORM_EPS: tl.constexpr, HC_EPS: tl.constexpr,
+                ITERS: tl.constexpr):
+    """Row 0's post and comb from its partials (rows_pad 1; sum(x^2) in column J)."""
+{_indent(body, 4)}'''
+
+
+def gates_args(spec: HCPreSpec) -> list[str]:
+    """`_site_gates`'s constexpr arguments after its runtime ones, as source literals."""
+    b = _blocks(spec)
+    return [repr(v) for v in (spec.n, spec.d, b["J"], b["JP"], SPLIT_BLOCK, spec.norm_eps,
+                              spec.hc_eps, spec.iters)]
 
 
 def _gates_body(spec: HCPreSpec) -> str:

@@ -50,8 +50,10 @@ class Tile:
 # window as [BT, BC] tiles (216 registers a thread on [32, 128] x 4 warps: two programs a
 # multiprocessor): prefill 2048 rows 328 us on [32, 128] x 4 warps, 396 on [8, 128] and
 # [16, 128], 626 on [8, 64], 791 on [16, 128] x 8 warps (BENCHMARKS). With the window run by run
-# as [BC] vectors: 106 registers (ptxas, sm_90), not yet timed
-CONV_TILE = Tile(32, 128, 4)
+# as [BC] vectors (106 registers, ptxas sm_90; bench/sweeps/kda_conv.py, d8e231b): prefill 2048
+# rows 110-111 us on [16, 128] x 4 warps, 118 on [32, 128], 154-156 on [64, 128] and [32, 256],
+# 268 on [64, 128] x 8 warps; prefill 256 rows 15.6-15.9 us against 15.9-16.0
+CONV_TILE = Tile(16, 128, 4)
 # at most this many rows a sequence: the _runs form. H200, GLM-5.3's width, us: decode b1 1.66
 # vs 4.0 tiled, b16 4.15 vs 11.6, verify 4 x 4 rows 4.79 vs 6.46; prefill 256 rows 117 vs 41
 SERIAL_ROWS = KDA_CONV_SERIAL_ROWS

@@ -38,7 +38,9 @@ spec, ...)` runs them in that order. out = epilogue(prologue(x) @ w.T), accumula
   step's GEMM stores result + addend to y (the "residual" epilogue into y).
   With spec.site (CONFIG.fold_sites), a one-row step also runs the hc_pre of the site that reads
   the new streams: partials of X' @ fn^T per program, then `hc_pre`'s row finish in the last
-  program by ticket (`finishes_site`).
+  program by ticket (`finishes_site`). With spec.site_parts it writes the partials with the
+  streams' sum(x^2) in column J and the streams' hi/lo parts (`Site.parts`) instead, and the
+  GEMV after the site forms y (spec.site_in: `_form_gates`, `_form_loads`, `_form_result`).
 
 Tensors may be row-strided views (only the last dim must be contiguous); w is contiguous [N, K].
 Two GEMM paths, picked in `launch` by rows: rows <= 16 take a GEMV-style tiling (one row block
@@ -88,7 +90,8 @@ def split_spec(spec: MatmulSpec) -> MatmulSpec:
     """The GEMM of a wide hc_post step: the same product, stored as is (with the addend:
     stored with it added, the "residual" epilogue over the addend)."""
     epilogue = "residual" if spec.addend else "store"
-    return dataclasses.replace(gemm_spec(spec), epilogue=epilogue, hc=1, site=None, addend=False)
+    return dataclasses.replace(gemm_spec(spec), epilogue=epilogue, hc=1, site=None,
+                               site_parts=False, addend=False)
 
 
 def norm_spec(spec: MatmulSpec) -> norm.NormSpec:
@@ -98,6 +101,9 @@ def norm_spec(spec: MatmulSpec) -> norm.NormSpec:
 
 SITE_PARAMS = ("fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "spost_ptr", "scomb_ptr", "part_ptr",
                "count_ptr", "s_fn", "s_y", "s_post", "s_comb", "s_comb_i")
+SITE_PARTS_PARAMS = ("fn_ptr", "part_ptr", "parts_ptr", "s_fn")  # spec.site_parts
+SITE_IN_PARAMS = ("parts_ptr", "part_ptr", "base_ptr", "scale_ptr", "spost_ptr", "scomb_ptr",
+                  "s_comb_i")
 
 
 # ---------------------------------------------------------------- source
@@ -123,8 +129,12 @@ def _params(spec: MatmulSpec) -> list[str]:
         names.append("sst_t")
     if spec.epilogue == "hc_post":
         names += ["sst_h", "sp_t", "sc_t", "sc_i"]
+    if spec.site_in:
+        return names + list(SITE_IN_PARAMS)
     if not spec.site:
         return names
+    if spec.site_parts:
+        return names + list(SITE_PARTS_PARAMS)
     return names + list(SITE_PARAMS) + ["ow_ptr"] * spec.site.out_weight
 
 
@@ -132,7 +142,7 @@ _CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "GEMV")
 
 
 def _constexprs(spec: MatmulSpec) -> tuple[str, ...]:
-    return _CONSTEXPRS + (("SITE",) if spec.site else ())
+    return _CONSTEXPRS + (("SITE",) if spec.site else ()) + (("FORM",) if spec.site_in else ())
 
 
 def _signature(name: str, spec: MatmulSpec) -> list[str]:
@@ -143,8 +153,9 @@ def _signature(name: str, spec: MatmulSpec) -> list[str]:
 
 def _setup(spec: MatmulSpec) -> list[str]:
     """Grouped program order (row blocks of GROUP_M share weight column blocks in L2)."""
+    # a step that forms spec.site_in's y runs one program more, first (`_form_gates`)
     return [
-        "pid = tl.program_id(0)",
+        "pid = tl.program_id(0) - FORM" if spec.site_in else "pid = tl.program_id(0)",
         "num_m = tl.cdiv(rows, BLOCK_M)",
         f"num_n = tl.cdiv({spec.n_out}, BLOCK_N)",
         "group = GROUP_M * num_n",
@@ -177,7 +188,7 @@ def _loop(spec: MatmulSpec) -> list[str]:
     lines = [f"{acc} = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)" for acc, _ in accs]
     if spec.prologue in ("rmsnorm", "mean_rmsnorm"):
         lines.append("sq2 = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)")
-    if spec.prologue == "rmsnorm":
+    if spec.prologue == "rmsnorm" or spec.site_in:
         lines.append("sqm = tl.zeros([BLOCK_M, BLOCK_M], dtype=tl.float32)  # GEMV: x x^T")
     lines += [f"for k0 in range(0, {spec.k}, BLOCK_K):", "    kk = k0 + rk",
               f"    k_ok = kk < {spec.k}", "    x_ok = m_ok[:, None] & k_ok[None, :]"]
@@ -185,6 +196,10 @@ def _loop(spec: MatmulSpec) -> list[str]:
     lines += [f"    b{i} = tl.load(w_cols{off} + kk[:, None], mask={w_ok}, other=0.0)"
               for i, (_, off) in enumerate(accs)]
     body = _register_body(spec)
+    if spec.site_in:  # the A rows: the streams' hi parts, then their lo parts; and their Gram
+        form = [f"a = tl.load(x_rows + kk[None, :], mask=(rm < {2 * spec.site_in.n})[:, None] "
+                "& k_ok[None, :], other=0.0)", f"sqm = {_dot('a', 'tl.trans(a)', 'sqm', False)}"]
+        body = ["if FORM:"] + indented(form) + ["else:"] + indented(body[:1]) + body[1:]
     if spec.prologue == "rmsnorm":
         # GEMV: sum(x^2) = diag(x x^T) on the tensor cores too, so the x tile feeds only dots
         # and stays in the async-copy pipeline (reducing it in registers cost 2-3x here)
@@ -258,8 +273,56 @@ def _norm_kernel(name: str, spec: MatmulSpec) -> list[str]:
         + indented(body)
 
 
+def _form_gates(spec: MatmulSpec) -> list[str]:
+    """The extra first program of a step that forms spec.site_in: the site's post and comb
+    (nothing else reads them before the GEMM two launches on)."""
+    args = ["part_ptr", str(site_programs(spec.site_in)), "base_ptr", "scale_ptr", "spost_ptr",
+            "scomb_ptr", "s_comb_i"] + hc_pre.gates_args(spec.site_in)
+    call = wrap("            _site_gates(", args, ")", 24).splitlines()  # (indented once more)
+    return ["if FORM:", "    if tl.program_id(0) == 0:", *(line[4:] for line in call),
+            "        return"]
+
+
+def _form_loads(spec: MatmulSpec) -> list[str]:
+    """The site's partials a forming program needs (its n pre logits and sum(x^2) from every
+    program of the GEMV before), loaded ahead of the K loop so they arrive under it."""
+    n, (j, jp) = spec.site_in.n, hc_pre.projections(spec.site_in)
+    splits = site_programs(spec.site_in)
+    return ["if FORM:", f"    sp = tl.arange(0, {next_power_of_2(splits)})",
+            f"    ip = tl.arange(0, {next_power_of_2(n)})",
+            f"    pm = tl.load(part_ptr + sp[:, None] * {jp} + ip[None, :],",
+            f"                 mask=(sp < {splits})[:, None] & (ip < {n})[None, :], other=0.0,",
+            '                 cache_modifier=".cg")',
+            f"    ps = tl.load(part_ptr + sp * {jp} + {j}, mask=sp < {splits}, other=0.0,",
+            '                 cache_modifier=".cg")']
+
+
+def _form_result(spec: MatmulSpec) -> list[str]:
+    """y = sum_i pre[i] X_i by linearity: the A rows (hi and lo part of stream i: rows i and n
+    + i) weigh pre[i], and rms(y) comes from their Gram, pa^T (A A^T) pa = sum(y^2)."""
+    site = spec.site_in
+    n, d = site.n, site.d
+    lines = [
+        "if FORM:",
+        f"    r = tl.rsqrt(tl.sum(ps, axis=0) / {n * d} + {site.norm_eps!r})",
+        "    pre = tl.sigmoid(tl.sum(pm, axis=0) * r * tl.load(scale_ptr)",
+        f"                     + tl.load(base_ptr + ip, mask=ip < {n}, other=0.0))"
+        f" + {site.hc_eps!r}",
+        f"    pick = ((rm % {n})[:, None] == ip[None, :]) & (rm < {2 * n})[:, None]",
+        "    pa = tl.sum(tl.where(pick, pre[None, :], 0.0), axis=1)",
+        "    yy = tl.sum(tl.sum(sqm * pa[:, None], axis=0) * pa, axis=0)",
+        f"    inv = tl.rsqrt(yy / {d} + {site.out_eps!r})"]
+    return lines + [f"    {acc} = tl.broadcast_to(tl.sum({acc} * pa[:, None], axis=0)[None, :] "
+                    f"* inv, [BLOCK_M, BLOCK_N])" for acc, _ in _weights(spec)]
+
+
 def _gemm_kernel(name: str, spec: MatmulSpec) -> list[str]:
-    body = _setup(spec) + pdl("").splitlines() + _loop(spec) + epilogue(spec)
+    wait = pdl("").splitlines()
+    if spec.site_in:
+        body = _setup(spec) + wait + _form_gates(spec) + _form_loads(spec) + _loop(spec) \
+            + _form_result(spec) + epilogue(spec)
+    else:
+        body = _setup(spec) + wait + _loop(spec) + epilogue(spec)
     return _signature(name, spec) + indented(body)
 
 
@@ -275,8 +338,10 @@ def source(name: str, spec: MatmulSpec, header: str = "") -> str:
             "\n").splitlines() + ["", ""]
     if spec.epilogue == "hc_post":
         lines += hc_post_helpers(spec) + ["", ""]
-    if spec.site:
+    if spec.site and not spec.site_parts:
         lines += hc_pre.finish_source(spec.site).strip("\n").splitlines() + ["", ""]
+    if spec.site_in:
+        lines += hc_pre.gates_source(spec.site_in).strip("\n").splitlines() + ["", ""]
     lines += _gemm_kernel(name, gemm_spec(spec))
     if spec.epilogue == "hc_post":
         lines += ["", ""] + _gemm_kernel(f"{name}_y", split_spec(spec)) + ["", ""]
@@ -353,6 +418,7 @@ class Site:
     part: torch.Tensor
     count: torch.Tensor
     ow: torch.Tensor | None = None  # the site norm's weight (spec.site.out_weight)
+    parts: torch.Tensor | None = None  # spec.site_parts: the streams' parts (site_parts(...))
 
     def bound(self) -> dict[str, object]:
         return {"fn_ptr": self.fn, "base_ptr": self.base, "scale_ptr": self.scale,
@@ -360,7 +426,40 @@ class Site:
                 "part_ptr": self.part, "count_ptr": self.count, "s_fn": self.fn.stride(0),
                 "s_y": self.y.stride(0), "s_post": self.post.stride(0),
                 "s_comb": self.comb.stride(0), "s_comb_i": self.comb.stride(1),
-                "ow_ptr": self.ow}
+                "ow_ptr": self.ow, "parts_ptr": self.parts}
+
+
+@dataclass(frozen=True)
+class SiteIn:
+    """The operands of the site whose y a GEMV forms (spec.site_in): the partials and stream
+    parts the GEMV before wrote (its Site's part and parts), the site's base and scale, and
+    its post and comb, which the forming step writes."""
+
+    part: torch.Tensor
+    parts: torch.Tensor
+    base: torch.Tensor
+    scale: torch.Tensor
+    post: torch.Tensor
+    comb: torch.Tensor
+
+    def bound(self) -> dict[str, object]:
+        return {"parts_ptr": self.parts, "part_ptr": self.part, "base_ptr": self.base,
+                "scale_ptr": self.scale, "spost_ptr": self.post, "scomb_ptr": self.comb,
+                "s_comb_i": self.comb.stride(1)}
+
+
+def site_programs(site: hc_pre.HCPreSpec) -> int:
+    """Programs of a one-row GEMV with the hc_post epilogue over the site's D columns: the
+    splits of the partials it writes for the GEMV after the site (site_parts)."""
+    t = tiles(MatmulSpec(site.d, site.d, epilogue="hc_post", hc=site.n), 1)
+    return cdiv(site.d, t.block_n)
+
+
+def site_parts(site: hc_pre.HCPreSpec, dtype: torch.dtype, device) -> torch.Tensor:
+    """The one-row buffer of a site's stream parts: rows 0..n-1 each stream's value in `dtype`
+    (the weights'), rows n..2n-1 what that rounding left. Allocate once, outside any captured
+    launch; every site of this shape shares it (each is read by the next launch only)."""
+    return torch.empty((2 * site.n, site.d), dtype=dtype, device=device)
 
 
 def finishes_site(spec: MatmulSpec, rows: int) -> bool:
@@ -374,11 +473,12 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
                 comb: torch.Tensor | None = None, site: Site | None = None,
                 dt: torch.Tensor | None = None, alog: torch.Tensor | None = None,
                 addend: torch.Tensor | None = None, normed: torch.Tensor | None = None,
-                nw: torch.Tensor | None = None) -> None:
+                nw: torch.Tensor | None = None, site_in: SiteIn | None = None) -> None:
     """The GEMM kernel of a spec whose prologue is none or rmsnorm (see gemm_spec) on the first
     `rows` rows; site: spec.site's operands (needed with spec.site); dt, alog: the kda_gate
     epilogue's dt_bias and A_log; addend: spec.addend's rows; normed, nw: the gated_norm
-    epilogue's rows and norm weight."""
+    epilogue's rows and norm weight; site_in: spec.site_in's operands (a one-row step reads
+    them in place of x)."""
     t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
              "comb_ptr": comb, "bias_ptr": dt, "alog_ptr": alog, "add_ptr": addend, "rows": rows,
@@ -394,9 +494,41 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
         _, jp = hc_pre.projections(spec.site)
         require(not extra["SITE"] or site.part.numel() >= grid[0] * jp,
                 lambda: f"site partials: >= {grid[0] * jp} floats, got {site.part.numel()}")
+        if spec.site_parts and extra["SITE"]:
+            _check_parts(spec.site, site.parts)
+            require(grid[0] == site_programs(spec.site),  # what the next GEMV sums
+                    lambda: f"site partials: {grid[0]} programs, the GEMV after the site sums "
+                            f"{site_programs(spec.site)}")
+    if spec.site_in:
+        grid = _form(spec, rows, grid, bound, extra, site_in)
     kernel[grid](*(bound[p] for p in _params(spec)), BLOCK_M=t.block_m, BLOCK_N=t.block_n,
                  BLOCK_K=t.block_k, GROUP_M=t.group_m, GEMV=t.gemv,
                  num_warps=t.num_warps, num_stages=t.num_stages, **extra)
+
+
+def _check_parts(site: hc_pre.HCPreSpec, parts: torch.Tensor | None) -> None:
+    require(parts is not None and tuple(parts.shape) == (2 * site.n, site.d)
+            and parts.is_contiguous(),
+            lambda: f"site stream parts: contiguous [{2 * site.n}, {site.d}] (site_parts), got "
+                    f"{None if parts is None else tuple(parts.shape)}")
+
+
+def _form(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra: dict,
+          site_in: SiteIn | None) -> tuple[int]:
+    """Bind spec.site_in's operands; a one-row step forms y from the stream parts (they take
+    x's place) and runs one program more."""
+    require(site_in is not None, "a GEMV that forms a site's y needs the site's operands")
+    bound |= site_in.bound()
+    extra["FORM"] = int(folds(rows))
+    if not extra["FORM"]:
+        return grid
+    _check_parts(spec.site_in, site_in.parts)
+    _, jp = hc_pre.projections(spec.site_in)
+    need = site_programs(spec.site_in) * jp
+    require(site_in.part.numel() >= need,
+            lambda: f"site partials: >= {need} floats, got {site_in.part.numel()}")
+    bound |= {"x_ptr": site_in.parts, "sx_t": site_in.parts.stride(0)}
+    return (grid[0] + 1,)
 
 
 def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
@@ -405,7 +537,8 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
            y: torch.Tensor | None = None, site: Site | None = None,
            gate: torch.Tensor | None = None, nw: torch.Tensor | None = None,
            dt: torch.Tensor | None = None, alog: torch.Tensor | None = None,
-           addend: torch.Tensor | None = None, normed: torch.Tensor | None = None) -> None:
+           addend: torch.Tensor | None = None, normed: torch.Tensor | None = None,
+           site_in: SiteIn | None = None) -> None:
     """Run the kernels of `source(..., spec)` (those of kernel_names, loaded, in order) on the
     first `rows` rows of the operands. mean_rmsnorm: h is the scratch of `scratch(...)` (at least
     `rows` rows); the norm kernel fills h[:rows], then the GEMM reads it as its x. hc_post: y
@@ -413,7 +546,7 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
     operands, and a one-row step finishes it (finishes_site). gated_rmsnorm: gate and nw (the
     norm weight), and h (`scratch`) as for mean_rmsnorm. kda_gate: dt (dt_bias [N]) and alog
     (A_log [heads]). spec.addend: addend [>= rows, N]. gated_norm: normed [>= rows, N] and
-    nw."""
+    nw. spec.site_in: `site_in` holds the site's operands, and a one-row step forms y."""
     check_operands(spec, rows, x=x, w=w, out=out, stream=stream, post=post, comb=comb, h=h,
                    gate=gate, nw=nw, dt=dt, alog=alog, addend=addend, normed=normed)
     require(len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names")
@@ -436,4 +569,4 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
         return
     launch_gemm(gemm, gemm_spec(spec), x=x, w=w, out=out, rows=rows, stream=stream,
                 post=post, comb=comb, site=site, dt=dt, alog=alog, addend=addend, normed=normed,
-                nw=nw if spec.epilogue == "gated_norm" else None)
+                nw=nw if spec.epilogue == "gated_norm" else None, site_in=site_in)

@@ -78,18 +78,32 @@ def _hc_post(spec: MatmulSpec) -> list[str]:
 def _site(spec: MatmulSpec) -> list[str]:
     """One-row GEMV of a site-feeding GEMM: this program's columns of X' @ fn^T (X' the new
     streams it just stored) to the site's partials; the last program by ticket finishes the
-    row as hc_pre would (post, comb, y)."""
+    row as hc_pre would (post, comb, y). With spec.site_parts the GEMV after the site forms y
+    and its gates itself: the partials carry sum(x^2) in column J, each stream's columns are
+    stored as a hi part in the weights' dtype and the lo part it left, and nothing finishes."""
     j, jp = hc_pre.projections(spec.site)
-    consts = ", ".join(hc_pre.finish_args(spec.site))
-    return [
+    d, parts = spec.n_out, spec.site_parts
+    lines = [
         "tl.debug_barrier()  # this program's new stream columns are stored",
         f"jj = tl.arange(0, {jp})",
         f"pj = tl.zeros(({jp},), tl.float32)",
+        *(["sq = tl.zeros((BLOCK_N,), tl.float32)"] if parts else []),
         f"for i in tl.static_range({spec.hc}):",
         "    xs = tl.load(out_ptr + i * so_h + rn, mask=n_ok, other=0.0)",
-        f"    wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * {spec.n_out} + rn[None, :],",
+        f"    wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * {d} + rn[None, :],",
         f"                 mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)",
-        "    pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)",
+        "    pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)"]
+    if parts:
+        return lines + [
+            "    sq += xs * xs",
+            "    hi = xs.to(parts_ptr.dtype.element_ty)",
+            f"    tl.store(parts_ptr + i * {d} + rn, hi, mask=n_ok)",
+            f"    tl.store(parts_ptr + ({spec.hc} + i) * {d} + rn,",
+            "             (xs - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)",
+            f"pj = tl.where(jj == {j}, tl.sum(sq, axis=0), pj)",
+            f"tl.store(part_ptr + pid_n * {jp} + jj, pj)"]
+    consts = ", ".join(hc_pre.finish_args(spec.site))
+    return lines + [
         f"tl.store(part_ptr + pid_n * {jp} + jj, pj)",
         "tl.debug_barrier()  # every thread's partials are stored before the ticket",
         "ticket = tl.atomic_add(count_ptr, 1, sem=\"acq_rel\")",

@@ -26,6 +26,15 @@ class MatmulSpec:
     # hc_post: the mHC site that reads the new streams next; a one-row step finishes it in the
     # GEMM's last program (projection partials, then Sinkhorn and y: hc_pre.finish_source)
     site: hc_pre.HCPreSpec | None = None
+    # with site: the GEMV after the site forms its y itself (site_in), so a one-row step writes
+    # the partials with the new streams' sum(x^2) in column J and the streams' hi/lo parts in
+    # w's dtype ([2 * hc, N]: `Site.parts`), and finishes nothing
+    site_parts: bool = False
+    # a store or swiglu GEMV whose x is the normed y of this site (its norm weight folded into
+    # w): a one-row step forms y from the site's stream parts by linearity, W y = sum_i pre_i
+    # W X_i over the parts as A rows, rms(y) from their Gram, the gates from the partials, and
+    # one more program writes the site's post and comb (`emitters.matmul`)
+    site_in: hc_pre.HCPreSpec | None = None
     gate: kda_gate.KDAGateSpec | None = None  # the kda_gate epilogue's heads and bound
     addend: bool = False  # residual, hc_post: a [rows, N] value added to the result first
 
@@ -36,6 +45,16 @@ class MatmulSpec:
                                       or self.site.d != self.n_out):
             raise ValueError(f"a site of {self.site.n} x {self.site.d} needs the hc_post "
                              f"epilogue of {self.hc} x {self.n_out} streams")
+        if self.site_parts and self.site is None:
+            raise ValueError("site_parts needs the site it writes the parts of")
+        if self.site_in is not None and (
+                self.epilogue not in ("store", "swiglu") or self.prologue != "none"
+                or self.site_in.d != self.k or self.site_in.out_eps is None
+                or self.site_in.out_weight or 2 * self.site_in.n > 16):
+            raise ValueError(f"a GEMV that forms a site's y needs no prologue, the store or "
+                             f"swiglu epilogue, k = the site's width ({self.k} vs "
+                             f"{self.site_in.d}), the site norm without its weight and at most "
+                             f"8 streams (2n A rows of 16)")
         if self.addend and self.epilogue not in ("residual", "hc_post"):
             raise ValueError(f"an addend needs the residual or hc_post epilogue, not "
                              f"{self.epilogue!r}")

@@ -61,10 +61,13 @@ MAX_SPLITS = 16
 SMS = 132  # H200 multiprocessors
 LOG2E = 1.4426950408889634
 DENSE_ROWS = MLA_DENSE_ROWS  # the plan counts the dense kernel's launch by the same rule
-# a dense program: DENSE_BM rows x DENSE_HB heads (M 32), DENSE_BN tokens an iteration. ptxas
-# for sm_90 at GLM-5.3-Flash's rank 512 (3 stages of latent tiles): 252 registers, no spills;
-# at M 64 (the least a wgmma takes), 64 tokens or 4 warps: 255 and spills
-DENSE_BM, DENSE_HB, DENSE_BN, DENSE_WARPS = 8, 4, 32, 8
+# a dense program: DENSE_BM rows x DENSE_HB heads (M 64, the least a wgmma takes), DENSE_BN
+# tokens an iteration. H200, GLM-5.3-Flash's MLA over a prefill (bench/sweeps/mla_prefill.py,
+# d8e231b): 2048 tokens 1.68-1.69 ms at M 64, 2.99-3.01 at M 32 (8 rows), 2.03 at 64 tokens an
+# iteration, 2.08 with every row in the split form; 8192 tokens 12.75 ms, against 14.01 at M 32
+# and 12.60 split. ptxas for sm_90 at rank 512: 255 registers and 196 bytes of spills (M 32:
+# 252, none), yet the latent tile serving twice the lanes wins
+DENSE_BM, DENSE_HB, DENSE_BN, DENSE_WARPS = 16, 4, 32, 8
 # absorb and merge programs take 16 rows in a step of FEW_ROWS rows or less, else 64; from
 # WIDE_ROWS rows (enough 64-row programs to fill the GPU) up to WIDE_COLS columns, else 64. On
 # 64-column blocks a merge read a head's fp32 partials once a block (4 times at dv 256: about
