@@ -15,8 +15,8 @@ step() {  # NAME SECONDS COMMAND...: runs while its seconds are left
     [ "$(left)" -gt "$need" ] || { echo "$name: no time left" | tee "$OUT/$name.log"; return; }
     timeout "$(left)" "$@" 2>&1 | grep -v Warning | tee "$OUT/$name.log"
 }
-step gpu_tests 60 timeout 220 python3 -m pytest -p no:xdist -o addopts=-ra -m gpu -q \
-    tests/runtime/test_compiled_gpu.py tests/codegen/test_hc_pre.py tests/codegen/test_matmul.py
+step gpu_tests 60 timeout ${TESTS_S:-220} python3 -m pytest -p no:xdist -o addopts=-ra -m gpu -q \
+    ${TESTS:-tests/runtime/test_compiled_gpu.py tests/codegen/test_hc_pre.py tests/codegen/test_matmul.py}
 step llama_formed 120 python3 -m hyperloom.cli bench llama --config bench --scenarios decode \
     --ctx 1024 --no-compile-time --profile --json "$OUT/llama-decode-formed.json"
 step llama_finished 60 python3 -m hyperloom.cli --set form_sites=false bench llama --config bench \

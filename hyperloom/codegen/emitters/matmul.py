@@ -62,7 +62,8 @@ from hyperloom.codegen.emitters.matmul_checks import check_operands
 from hyperloom.codegen.emitters.matmul_epilogues import epilogue, hc_post_helpers
 from hyperloom.codegen.emitters.matmul_spec import (  # noqa: F401 (API: the spec and its vocabularies)
     EPILOGUES, NORM_KERNEL, PROLOGUES, MatmulSpec)
-from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
+from hyperloom.codegen.emitters.matmul_tiles import (  # noqa: F401 (API)
+    Tiles, site_gram, site_programs, tiles)
 from hyperloom.codegen.emitters.text import indented, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
@@ -188,7 +189,7 @@ def _loop(spec: MatmulSpec) -> list[str]:
     lines = [f"{acc} = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)" for acc, _ in accs]
     if spec.prologue in ("rmsnorm", "mean_rmsnorm"):
         lines.append("sq2 = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)")
-    if spec.prologue == "rmsnorm" or spec.site_in:
+    if spec.prologue == "rmsnorm":
         lines.append("sqm = tl.zeros([BLOCK_M, BLOCK_M], dtype=tl.float32)  # GEMV: x x^T")
     lines += [f"for k0 in range(0, {spec.k}, BLOCK_K):", "    kk = k0 + rk",
               f"    k_ok = kk < {spec.k}", "    x_ok = m_ok[:, None] & k_ok[None, :]"]
@@ -196,9 +197,9 @@ def _loop(spec: MatmulSpec) -> list[str]:
     lines += [f"    b{i} = tl.load(w_cols{off} + kk[:, None], mask={w_ok}, other=0.0)"
               for i, (_, off) in enumerate(accs)]
     body = _register_body(spec)
-    if spec.site_in:  # the A rows: the streams' hi parts, then their lo parts; and their Gram
+    if spec.site_in:  # the A rows: the streams' hi parts, then their lo parts
         form = [f"a = tl.load(x_rows + kk[None, :], mask=(rm < {2 * spec.site_in.n})[:, None] "
-                "& k_ok[None, :], other=0.0)", f"sqm = {_dot('a', 'tl.trans(a)', 'sqm', False)}"]
+                "& k_ok[None, :], other=0.0)"]
         body = ["if FORM:"] + indented(form) + ["else:"] + indented(body[:1]) + body[1:]
     if spec.prologue == "rmsnorm":
         # GEMV: sum(x^2) = diag(x x^T) on the tensor cores too, so the x tile feeds only dots
@@ -284,22 +285,26 @@ def _form_gates(spec: MatmulSpec) -> list[str]:
 
 
 def _form_loads(spec: MatmulSpec) -> list[str]:
-    """The site's partials a forming program needs (its n pre logits and sum(x^2) from every
-    program of the GEMV before), loaded ahead of the K loop so they arrive under it."""
+    """The site's partials a forming program needs (its n pre logits, sum(x^2) and the
+    streams' Gram from every program of the GEMV before), loaded ahead of the K loop so they
+    arrive under it."""
     n, (j, jp) = spec.site_in.n, hc_pre.projections(spec.site_in)
     splits = site_programs(spec.site_in)
+    gram, nn = site_gram(spec.site_in)
     return ["if FORM:", f"    sp = tl.arange(0, {next_power_of_2(splits)})",
-            f"    ip = tl.arange(0, {next_power_of_2(n)})",
+            f"    ip = tl.arange(0, {next_power_of_2(n)})", f"    q = tl.arange(0, {nn})",
+            f"    live = (sp < {splits})[:, None]",
             f"    pm = tl.load(part_ptr + sp[:, None] * {jp} + ip[None, :],",
-            f"                 mask=(sp < {splits})[:, None] & (ip < {n})[None, :], other=0.0,",
-            '                 cache_modifier=".cg")',
+            f"                 mask=live & (ip < {n})[None, :], other=0.0, cache_modifier=\".cg\")",
             f"    ps = tl.load(part_ptr + sp * {jp} + {j}, mask=sp < {splits}, other=0.0,",
-            '                 cache_modifier=".cg")']
+            '                 cache_modifier=".cg")',
+            f"    pg = tl.load(part_ptr + {gram} + sp[:, None] * {nn} + q[None, :], mask=live,",
+            '                 other=0.0, cache_modifier=".cg")']
 
 
 def _form_result(spec: MatmulSpec) -> list[str]:
     """y = sum_i pre[i] X_i by linearity: the A rows (hi and lo part of stream i: rows i and n
-    + i) weigh pre[i], and rms(y) comes from their Gram, pa^T (A A^T) pa = sum(y^2)."""
+    + i) weigh pre[i], and sum(y^2) = sum_ab pre[a] pre[b] G[a, b] from the streams' Gram G."""
     site = spec.site_in
     n, d = site.n, site.d
     lines = [
@@ -310,7 +315,9 @@ def _form_result(spec: MatmulSpec) -> list[str]:
         f" + {site.hc_eps!r}",
         f"    pick = ((rm % {n})[:, None] == ip[None, :]) & (rm < {2 * n})[:, None]",
         "    pa = tl.sum(tl.where(pick, pre[None, :], 0.0), axis=1)",
-        "    yy = tl.sum(tl.sum(sqm * pa[:, None], axis=0) * pa, axis=0)",
+        f"    qa = tl.sum(tl.where((q // {n})[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)",
+        f"    qb = tl.sum(tl.where((q % {n})[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)",
+        "    yy = tl.sum(tl.sum(pg, axis=0) * qa * qb, axis=0)",
         f"    inv = tl.rsqrt(yy / {d} + {site.out_eps!r})"]
     return lines + [f"    {acc} = tl.broadcast_to(tl.sum({acc} * pa[:, None], axis=0)[None, :] "
                     f"* inv, [BLOCK_M, BLOCK_N])" for acc, _ in _weights(spec)]
@@ -448,13 +455,6 @@ class SiteIn:
                 "s_comb_i": self.comb.stride(1)}
 
 
-def site_programs(site: hc_pre.HCPreSpec) -> int:
-    """Programs of a one-row GEMV with the hc_post epilogue over the site's D columns: the
-    splits of the partials it writes for the GEMV after the site (site_parts)."""
-    t = tiles(MatmulSpec(site.d, site.d, epilogue="hc_post", hc=site.n), 1)
-    return cdiv(site.d, t.block_n)
-
-
 def site_parts(site: hc_pre.HCPreSpec, dtype: torch.dtype, device) -> torch.Tensor:
     """The one-row buffer of a site's stream parts: rows 0..n-1 each stream's value in `dtype`
     (the weights'), rows n..2n-1 what that rounding left. Allocate once, outside any captured
@@ -492,8 +492,10 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
         bound |= site.bound()
         extra["SITE"] = finishes_site(spec, rows)
         _, jp = hc_pre.projections(spec.site)
-        require(not extra["SITE"] or site.part.numel() >= grid[0] * jp,
-                lambda: f"site partials: >= {grid[0] * jp} floats, got {site.part.numel()}")
+        gram, nn = site_gram(spec.site)
+        need = gram + grid[0] * nn if spec.site_parts else grid[0] * jp
+        require(not extra["SITE"] or site.part.numel() >= need,
+                lambda: f"site partials: >= {need} floats, got {site.part.numel()}")
         if spec.site_parts and extra["SITE"]:
             _check_parts(spec.site, site.parts)
             require(grid[0] == site_programs(spec.site),  # what the next GEMV sums
@@ -523,8 +525,8 @@ def _form(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra: dic
     if not extra["FORM"]:
         return grid
     _check_parts(spec.site_in, site_in.parts)
-    _, jp = hc_pre.projections(spec.site_in)
-    need = site_programs(spec.site_in) * jp
+    gram, nn = site_gram(spec.site_in)
+    need = gram + site_programs(spec.site_in) * nn
     require(site_in.part.numel() >= need,
             lambda: f"site partials: >= {need} floats, got {site_in.part.numel()}")
     bound |= {"x_ptr": site_in.parts, "sx_t": site_in.parts.stride(0)}

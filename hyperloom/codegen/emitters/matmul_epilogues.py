@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hyperloom.codegen.emitters import hc_pre, kda_gate
+from hyperloom.codegen.emitters.matmul_tiles import site_gram
 from hyperloom.codegen.emitters.text import indented, wrap
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def _site(spec: MatmulSpec) -> list[str]:
             f"    tl.store(parts_ptr + ({spec.hc} + i) * {d} + rn,",
             "             (xs - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)",
             f"pj = tl.where(jj == {j}, tl.sum(sq, axis=0), pj)",
-            f"tl.store(part_ptr + pid_n * {jp} + jj, pj)"]
+            f"tl.store(part_ptr + pid_n * {jp} + jj, pj)"] + _gram(spec)
     consts = ", ".join(hc_pre.finish_args(spec.site))
     return lines + [
         f"tl.store(part_ptr + pid_n * {jp} + jj, pj)",
@@ -116,6 +117,19 @@ def _site(spec: MatmulSpec) -> list[str]:
               + ["ow_ptr"] * spec.site.out_weight + [consts], ")",
               16).splitlines(),
     ]
+
+
+def _gram(spec: MatmulSpec) -> list[str]:
+    """This program's columns of the new streams' Gram, G[a, b] = sum X_a X_b, to its row of
+    the Gram partials (site_gram): the forming GEMV's sum(y^2) in fp32, off its K loop."""
+    n = spec.hc
+    gram, nn = site_gram(spec.site)
+    lines = [f"xs{i} = tl.load(out_ptr + {i} * so_h + rn, mask=n_ok, other=0.0)"
+             for i in range(n)]
+    lines += [f"q = tl.arange(0, {nn})", f"gv = tl.zeros(({nn},), tl.float32)"]
+    lines += [f"gv = tl.where((q == {a * n + b}) | (q == {b * n + a}), "
+              f"tl.sum(xs{a} * xs{b}, axis=0), gv)" for a in range(n) for b in range(a, n)]
+    return lines + [f"tl.store(part_ptr + {gram} + pid_n * {nn} + q, gv)"]
 
 
 def hc_post_helpers(spec: MatmulSpec) -> list[str]:

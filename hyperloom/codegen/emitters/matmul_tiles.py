@@ -8,6 +8,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hyperloom.codegen.emitters import hc_pre
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.passes.kernel_plan import GEMV_ROWS
 
@@ -61,6 +62,20 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
     if spec.epilogue == "gated_norm":  # a column block is one norm group
         t = dataclasses.replace(t, block_n=spec.group)
     return _fit_smem(spec, t, x_bytes, w_bytes)
+
+
+def site_programs(site: hc_pre.HCPreSpec) -> int:
+    """Programs of a one-row GEMV with the hc_post epilogue over the site's D columns: the
+    splits of the partials it writes for the GEMV that forms the site (MatmulSpec.site_parts)."""
+    from hyperloom.codegen.emitters.matmul_spec import MatmulSpec as Spec
+
+    return cdiv(site.d, tiles(Spec(site.d, site.d, epilogue="hc_post", hc=site.n), 1).block_n)
+
+
+def site_gram(site: hc_pre.HCPreSpec) -> tuple[int, int]:
+    """(offset, row length) of the streams' Gram partials in the site's partials buffer: after
+    the projection partials, one row of next_power_of_2(n * n) floats a program."""
+    return site_programs(site) * hc_pre.projections(site)[1], next_power_of_2(site.n * site.n)
 
 
 def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:

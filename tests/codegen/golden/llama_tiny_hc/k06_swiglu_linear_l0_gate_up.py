@@ -203,14 +203,16 @@ def k06_swiglu_linear_l0_gate_up(
     if FORM:
         sp = tl.arange(0, 2)
         ip = tl.arange(0, 4)
+        q = tl.arange(0, 16)
+        live = (sp < 2)[:, None]
         pm = tl.load(part_ptr + sp[:, None] * 32 + ip[None, :],
-                     mask=(sp < 2)[:, None] & (ip < 4)[None, :], other=0.0,
-                     cache_modifier=".cg")
+                     mask=live & (ip < 4)[None, :], other=0.0, cache_modifier=".cg")
         ps = tl.load(part_ptr + sp * 32 + 24, mask=sp < 2, other=0.0,
                      cache_modifier=".cg")
+        pg = tl.load(part_ptr + 64 + sp[:, None] * 16 + q[None, :], mask=live,
+                     other=0.0, cache_modifier=".cg")
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    sqm = tl.zeros([BLOCK_M, BLOCK_M], dtype=tl.float32)  # GEMV: x x^T
     for k0 in range(0, 64, BLOCK_K):
         kk = k0 + rk
         k_ok = kk < 64
@@ -219,7 +221,6 @@ def k06_swiglu_linear_l0_gate_up(
         b1 = tl.load(w_cols + 8192 + kk[:, None], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
         if FORM:
             a = tl.load(x_rows + kk[None, :], mask=(rm < 8)[:, None] & k_ok[None, :], other=0.0)
-            sqm = tl.dot(a, tl.trans(a), sqm)
         else:
             a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)
         acc_g = tl.dot(a.to(b0.dtype), b0, acc_g)
@@ -230,7 +231,9 @@ def k06_swiglu_linear_l0_gate_up(
                          + tl.load(base_ptr + ip, mask=ip < 4, other=0.0)) + 1e-06
         pick = ((rm % 4)[:, None] == ip[None, :]) & (rm < 8)[:, None]
         pa = tl.sum(tl.where(pick, pre[None, :], 0.0), axis=1)
-        yy = tl.sum(tl.sum(sqm * pa[:, None], axis=0) * pa, axis=0)
+        qa = tl.sum(tl.where((q // 4)[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)
+        qb = tl.sum(tl.where((q % 4)[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)
+        yy = tl.sum(tl.sum(pg, axis=0) * qa * qb, axis=0)
         inv = tl.rsqrt(yy / 64 + 1e-05)
         acc_g = tl.broadcast_to(tl.sum(acc_g * pa[:, None], axis=0)[None, :] * inv, [BLOCK_M, BLOCK_N])
         acc_u = tl.broadcast_to(tl.sum(acc_u * pa[:, None], axis=0)[None, :] * inv, [BLOCK_M, BLOCK_N])
