@@ -38,6 +38,10 @@ class Config:
                 "parts as its A rows, y's norm from their Gram, the gates from the partials), "
                 "and one more of its programs writes the site's post and comb; the GEMM "
                 "before writes partials only, with no finish"})
+    site_lo_parts: bool = field(default=True, metadata={
+        "help": "a formed site's GEMV takes each stream's lo part (what rounding it to the "
+                "weights' dtype left) as A rows beside its hi part: y to about 2^-16; off: "
+                "the hi parts alone (each stream rounded, as the stored y was), half the rows"})
     conv_gate: bool = field(default=True, metadata={
         "help": "a step of at most 16 rows runs each KDA layer's f_b GEMM and decay gate as "
                 "more programs of its conv's launch (both read only the front projections' "

@@ -94,3 +94,11 @@ def test_plain_sites_match_fp32_reference(model, config, layers, monkeypatch):
     # fold_sites off: every mHC site launches its own hc_pre at one row too
     monkeypatch.setattr(CONFIG, "fold_sites", False)
     test_bf16_prefill_and_replayed_decode_match_fp32_reference(model, config, layers, 32)
+
+
+@pytest.mark.parametrize("knob, value", [("form_sites", False), ("site_lo_parts", False)])
+@pytest.mark.parametrize("config", ["tiny-hc", "bench"])
+def test_other_site_forms_match_fp32_reference(config, knob, value, monkeypatch):
+    # the finishing fold (form_sites off), and formed sites from the streams' hi parts alone
+    monkeypatch.setattr(CONFIG, knob, value)
+    test_bf16_prefill_and_replayed_decode_match_fp32_reference("llama", config, None, 32)

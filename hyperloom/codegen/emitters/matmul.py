@@ -198,7 +198,7 @@ def _loop(spec: MatmulSpec) -> list[str]:
               for i, (_, off) in enumerate(accs)]
     body = _register_body(spec)
     if spec.site_in:  # the A rows: the streams' hi parts, then their lo parts
-        form = [f"a = tl.load(x_rows + kk[None, :], mask=(rm < {2 * spec.site_in.n})[:, None] "
+        form = [f"a = tl.load(x_rows + kk[None, :], mask=(rm < {_form_rows(spec)})[:, None] "
                 "& k_ok[None, :], other=0.0)"]
         body = ["if FORM:"] + indented(form) + ["else:"] + indented(body[:1]) + body[1:]
     if spec.prologue == "rmsnorm":
@@ -284,6 +284,11 @@ def _form_gates(spec: MatmulSpec) -> list[str]:
             "        return"]
 
 
+def _form_rows(spec: MatmulSpec) -> int:
+    """A rows of a forming GEMV: each stream's hi part, then (CONFIG.site_lo_parts) its lo."""
+    return spec.site_in.n * (2 if CONFIG.site_lo_parts else 1)
+
+
 def _form_loads(spec: MatmulSpec) -> list[str]:
     """The site's partials a forming program needs (its n pre logits, sum(x^2) and the
     streams' Gram from every program of the GEMV before), loaded ahead of the K loop so they
@@ -313,7 +318,7 @@ def _form_result(spec: MatmulSpec) -> list[str]:
         "    pre = tl.sigmoid(tl.sum(pm, axis=0) * r * tl.load(scale_ptr)",
         f"                     + tl.load(base_ptr + ip, mask=ip < {n}, other=0.0))"
         f" + {site.hc_eps!r}",
-        f"    pick = ((rm % {n})[:, None] == ip[None, :]) & (rm < {2 * n})[:, None]",
+        f"    pick = ((rm % {n})[:, None] == ip[None, :]) & (rm < {_form_rows(spec)})[:, None]",
         "    pa = tl.sum(tl.where(pick, pre[None, :], 0.0), axis=1)",
         f"    qa = tl.sum(tl.where((q // {n})[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)",
         f"    qb = tl.sum(tl.where((q % {n})[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)",
