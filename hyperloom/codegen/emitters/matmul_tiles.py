@@ -64,6 +64,7 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
     return _fit_smem(spec, t, x_bytes, w_bytes)
 
 
+@functools.lru_cache(maxsize=256)
 def site_programs(site: hc_pre.HCPreSpec) -> int:
     """Programs of a one-row GEMV with the hc_post epilogue over the site's D columns: the
     splits of the partials it writes for the GEMV that forms the site (MatmulSpec.site_parts)."""
@@ -72,6 +73,7 @@ def site_programs(site: hc_pre.HCPreSpec) -> int:
     return cdiv(site.d, tiles(Spec(site.d, site.d, epilogue="hc_post", hc=site.n), 1).block_n)
 
 
+@functools.lru_cache(maxsize=256)
 def site_gram(site: hc_pre.HCPreSpec) -> tuple[int, int]:
     """(offset, row length) of the streams' Gram partials in the site's partials buffer: after
     the projection partials, one row of next_power_of_2(n * n) floats a program."""
