@@ -13,6 +13,8 @@ import math
 import pytest
 import torch
 
+from hyperloom.config import overrides
+
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
 from hyperloom.codegen.emitters.hc_pre import HCPreSpec, kernel_names, launch, scratch, source
@@ -107,6 +109,13 @@ def test_hc_pre(n: int, d: int, rows: int, sms: int, out: str, monkeypatch) -> N
     case.untouched()
     # the Sinkhorn result is (nearly) doubly stochastic: a missed iteration would show here
     assert_close(case.comb[:rows].sum(-2), torch.ones(rows, n), torch.float32, "column sums")
+
+
+def test_hc_pre_apply_with_evict_first_rows(monkeypatch) -> None:
+    # hc_apply_evict: the apply's whole-row loads carry an eviction hint, same results
+    with overrides(hc_apply_evict=True):
+        assert 'eviction_policy="evict_first"' in hc_pre_emitter.source("k", _spec(4, 300, ""))
+        test_hc_pre(4, 300, 70, 132, "norm", monkeypatch)
 
 
 @pytest.mark.parametrize("name, bad, message", [

@@ -375,7 +375,10 @@ def _apply_body(spec: HCPreSpec) -> str:
     needs no reduction across streams."""
     whole = _blocks(spec)["BLOCK_Y"] >= spec.d
     xs = range(spec.n)
-    load = "".join(f"x{i} = tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
+    # CONFIG.hc_apply_evict: a row read once goes first from L2, so what the projection read
+    # last stays there for the rows still to come
+    hint = ', eviction_policy="evict_first"' if whole and CONFIG.hc_apply_evict else ""
+    load = "".join(f"x{i} = tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0{hint})\n"
                    for i in xs)
     y = "y = " + " + ".join(f"p{i} * x{i}" for i in xs) + "\n"
     sq = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
