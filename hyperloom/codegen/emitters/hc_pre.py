@@ -421,10 +421,10 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     part_args = ("x_ptr fn_ptr part_ptr rows rows_pad kb_split sx_row sx_stream s_fn D N J JP "
                  "BLOCK_T BLOCK_K").split()
     wide_args = [a if a != "BLOCK_T" else "BLOCK_P" for a in part_args]
-    row_args = ("x_ptr base_ptr scale_ptr y_ptr post_ptr comb_ptr part_ptr rows_pad splits "
-                "sx_row sx_stream sy_row spost_row scomb_row scomb_i").split() \
-        + ["ow_ptr"] * spec.out_weight + ("N D J NP JP SB BLOCK_Y NORM_EPS HC_EPS ITERS".split()
-                                          + (["OUT_EPS"] if out_eps else []))
+    runtime = ("x_ptr base_ptr scale_ptr y_ptr post_ptr comb_ptr part_ptr rows_pad splits "
+               "sx_row sx_stream sy_row spost_row scomb_row scomb_i").split()
+    row_consts = "N D J NP JP SB BLOCK_Y NORM_EPS HC_EPS ITERS".split() + ["OUT_EPS"][:len(out_eps)]
+    row_args = runtime + ["ow_ptr"] * spec.out_weight + row_consts  # _finish_row's order
     partials = wrap("    _partials(", part_args, ")", 14)
     wide = wrap("    _partials(", wide_args, ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)

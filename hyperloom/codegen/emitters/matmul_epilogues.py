@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from hyperloom.codegen.emitters import hc_pre, kda_gate
 from hyperloom.codegen.emitters.matmul_tiles import site_gram
 from hyperloom.codegen.emitters.text import indented, wrap
+from hyperloom.config import CONFIG
 
 if TYPE_CHECKING:
     from hyperloom.codegen.emitters.matmul_spec import MatmulSpec
@@ -94,13 +95,14 @@ def _site(spec: MatmulSpec) -> list[str]:
         f"    wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * {d} + rn[None, :],",
         f"                 mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)",
         "    pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)"]
-    if parts:
+    if parts:  # (the lo parts only where the forming GEMV reads them: CONFIG.site_lo_parts)
+        lo = [f"    tl.store(parts_ptr + ({spec.hc} + i) * {d} + rn,",
+              "             (xs - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)"]
         return lines + [
             "    sq += xs * xs",
             "    hi = xs.to(parts_ptr.dtype.element_ty)",
             f"    tl.store(parts_ptr + i * {d} + rn, hi, mask=n_ok)",
-            f"    tl.store(parts_ptr + ({spec.hc} + i) * {d} + rn,",
-            "             (xs - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)",
+            *(lo if CONFIG.site_lo_parts else []),
             f"pj = tl.where(jj == {j}, tl.sum(sq, axis=0), pj)",
             f"tl.store(part_ptr + pid_n * {jp} + jj, pj)"] + _gram(spec)
     consts = ", ".join(hc_pre.finish_args(spec.site))
