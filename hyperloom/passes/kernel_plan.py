@@ -110,6 +110,8 @@ class KernelEntry:
                     else f"; finishes {self.finishes.name} at one row")
         if self.forms:
             also += f"; forms {self.forms.name}'s y at one row"
+        if self.formed and not self.folded:
+            also += "; writes its parts for the GEMV after it at one row"
         if self.carries:
             most = self.carries.carried_rows
             also += f"; runs {self.carries.name}" + (f" up to {most} rows" if most < ALWAYS
@@ -228,17 +230,20 @@ def _forms(site: KernelEntry, nxt: KernelEntry, kernels: list[KernelEntry], type
 
 
 def _form_sites(kernels: list[KernelEntry], types: dict) -> list[KernelEntry]:
-    """Mark each folded site whose y the GEMV after it forms (`_forms`): that GEMV, its
-    `forms`, and the GEMM before, whose `finishes` then writes the partials and stream parts
-    only. The site's finish (a ticket, then one program's Sinkhorn, row read and y) leaves the
-    one-row step's critical path."""
+    """Mark each site whose y the GEMV after it forms (`_forms`): that GEMV, its `forms`, and
+    for a folded site the GEMM before, whose `finishes` then writes the partials and stream
+    parts only; a site of its own (the first, after the embedding) launches its parts kernel
+    at one row instead. The site's finish (a ticket, then one program's Sinkhorn, row read and
+    y) leaves the one-row step's critical path."""
     out = list(kernels)
-    for i in range(1, len(kernels) - 1):
-        site, nxt = kernels[i], kernels[i + 1]
-        if not (site.folded and out[i - 1].finishes and _forms(site, nxt, kernels, types)):
+    for i, (site, nxt) in enumerate(zip(kernels, kernels[1:])):
+        before = out[i - 1] if i else None
+        if site.emitter != "hc_pre" or not _forms(site, nxt, kernels, types) \
+                or (site.folded and not (before and before.finishes)):
             continue
         out[i] = dataclasses.replace(site, formed=True)
-        out[i - 1] = dataclasses.replace(out[i - 1], finishes=out[i])
+        if site.folded:
+            out[i - 1] = dataclasses.replace(before, finishes=out[i])
         out[i + 1] = dataclasses.replace(nxt, forms=out[i])
     return out
 

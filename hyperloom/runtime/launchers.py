@@ -148,9 +148,14 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
     x, fn, base, scale, *ow = (o[a] for a in node.args)  # ow: the site norm's weight
     y, post, comb = (o[v] for v in node.outs)
     part, count = _hc_pre_scratch(spec, x, o, device)
+    if entry.formed and not entry.folded:  # its parts at one row, for the GEMV after it
+        kparts = load(src, hc_pre.parts_name(entry.name), device, entry.name)
+        parts, block = _site_parts(spec, node, o, device), matmul.site_block(spec)
 
     def run(rows: int, _: int) -> None:
-        if entry.launches_at(rows):
+        if entry.formed and not entry.folded and rows <= NARROW_ROWS:
+            hc_pre.launch_parts(kparts, spec, x=x, fn=fn, part=part, parts=parts, block_n=block)
+        elif entry.launches_at(rows):
             hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y, post=post,
                           comb=comb, part=part, count=count, rows=rows,
                           fused=rows <= NARROW_ROWS, ow=ow[0] if ow else None)

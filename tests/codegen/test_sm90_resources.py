@@ -232,3 +232,17 @@ def test_formed_sites_pipeline_without_spills(kind: str, tmp_path) -> None:
               t.num_stages, ("sx_t", "so_t", "so_h", "sst_t", "sst_h", "s_fn"))
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0 and k["async_copies"] > 0, k
     print(kind, k)
+
+
+def test_formed_site_parts_kernel_does_not_spill(tmp_path) -> None:
+    """The first site's parts at one row (hc_pre's parts kernel, site_programs programs of
+    site_block columns) at llama bench's size."""
+    with overrides(interpret=False):
+        source = hc_pre.source("probe", LLAMA_SITE)
+    types = {"x_ptr": "*fp32", "fn_ptr": "*bf16", "part_ptr": "*fp32", "parts_ptr": "*bf16",
+             "sx_stream": "i32", "s_fn": "i32"}
+    k = _sm90(tmp_path, source, hc_pre.parts_name("probe"), types,
+              {"BLOCK_N": matmul.site_block(LLAMA_SITE)}, hc_pre.FUSED_WARPS, 1,
+              ("sx_stream", "s_fn"))
+    assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
+    print(k)

@@ -3,7 +3,8 @@
 # without the hint (issue 4's 5x needs 0.295 ms; 0.306 at 127ef38: proj 73 + apply 78 + gates
 # 6.5 + hc_post 147 us); (2) llama bench's decode at one row with the formed sites' GEMVs taking
 # the streams' lo parts beside their hi parts (site_lo_parts, the default) and the hi parts
-# alone (at 3c36ac2 the forming gate_up ran 2.5 us a call slower than the plain one); (3) the
+# alone (at 3c36ac2 the forming gate_up ran 2.5 us a call slower than the plain one; since then
+# the first site runs hc_pre's parts kernel, not its fused finish, 9.3 us at 3c36ac2); (3) the
 # GPU tests of the finishing fold and the hi-only form. Run from the repository root with
 # transformers' wheel on PYTHONPATH; logs under $OUT.
 site() {  # KNOB=VALUE ARGS...

@@ -27,12 +27,14 @@ of every row in one [RB, n, n] tile (its reductions stay inside warps).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
+from hyperloom.codegen.emitters.matmul_tiles import site_programs
 from hyperloom.codegen.emitters.text import comment, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require, require_shape
@@ -305,6 +307,45 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
 {_indent(body, 4)}'''
 
 
+@functools.lru_cache(maxsize=256)  # every launch of a formed site's GEMVs asks
+def gram(spec: HCPreSpec) -> tuple[int, int]:
+    """(offset, row length) of the streams' Gram partials in a formed site's partials buffer:
+    after its site_programs(spec) rows of projection partials, one row of next_power_of_2(n *
+    n) floats a program."""
+    return site_programs(spec) * projections(spec)[1], next_power_of_2(spec.n * spec.n)
+
+
+def parts_lines(spec: HCPreSpec, x: str, s_stream: str, lo: bool) -> list[str]:
+    """Source lines for one program of a one-row site whose y the GEMV after it forms: over its
+    columns rn (n_ok) of the streams (stream i at `x` + i * `s_stream`), its partials of X @
+    fn^T with sum(x^2) in column J (row pid_n of `part_ptr`), its columns of the streams' Gram
+    (its row of `gram(spec)`), and each stream's columns as a hi part in parts_ptr's dtype
+    (rows 0..n-1), then (`lo`) the lo part that rounding left (rows n..2n-1)."""
+    n, d = spec.n, spec.d
+    (j, jp), (at, nn) = projections(spec), gram(spec)
+    lines = [f"jj = tl.arange(0, {jp})", f"pj = tl.zeros(({jp},), tl.float32)",
+             "sq = tl.zeros((BLOCK_N,), tl.float32)", f"for i in tl.static_range({n}):",
+             f"    xs = tl.load({x} + i * {s_stream} + rn, mask=n_ok, other=0.0)",
+             f"    wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * {d} + rn[None, :],",
+             f"                 mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)",
+             "    pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)", "    sq += xs * xs",
+             "    hi = xs.to(parts_ptr.dtype.element_ty)",
+             f"    tl.store(parts_ptr + i * {d} + rn, hi, mask=n_ok)"]
+    if lo:
+        lines += [f"    tl.store(parts_ptr + ({n} + i) * {d} + rn,",
+                  "             (xs - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), "
+                  "mask=n_ok)"]
+    lines += [f"pj = tl.where(jj == {j}, tl.sum(sq, axis=0), pj)",
+              f"tl.store(part_ptr + pid_n * {jp} + jj, pj)"]
+    # the Gram: G[a, b] = sum X_a X_b, the forming GEMV's sum(y^2) in fp32, off its K loop
+    lines += [f"xs{i} = tl.load({x} + {i} * {s_stream} + rn, mask=n_ok, other=0.0)"
+              for i in range(n)]
+    lines += [f"q = tl.arange(0, {nn})", f"gv = tl.zeros(({nn},), tl.float32)"]
+    lines += [f"gv = tl.where((q == {a * n + b}) | (q == {b * n + a}), "
+              f"tl.sum(xs{a} * xs{b}, axis=0), gv)" for a in range(n) for b in range(a, n)]
+    return lines + [f"tl.store(part_ptr + {at} + pid_n * {nn} + q, gv)"]
+
+
 def gates_source(spec: HCPreSpec) -> str:
     """The `_site_gates` helper: a one-row site's post and comb from partials that carry the
     row's sum(x^2) in column J (a GEMV that forms the site's y itself runs it in one program)."""
@@ -463,9 +504,28 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 {wait}{_indent(_apply_body(spec), 4)}'''
 
 
+def parts_name(name: str) -> str:
+    """The kernel of source(name, ...) that writes a formed site's parts at one row (grid
+    (site_programs(spec),)): what the GEMV after the site forms y from, when no GEMM before
+    the site writes them (the first site, after the embedding)."""
+    return f"{name}_parts"
+
+
+def _parts_source(name: str, spec: HCPreSpec) -> str:
+    body = ["pid_n = tl.program_id(0)", "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+            f"n_ok = rn < {spec.d}"] + parts_lines(spec, "x_ptr", "sx_stream", CONFIG.site_lo_parts)
+    return f'''
+@triton.jit
+def {parts_name(name)}(x_ptr, fn_ptr, part_ptr, parts_ptr, sx_stream, s_fn, BLOCK_N: tl.constexpr):
+    """Row 0's parts of a formed site: `parts_lines` over BLOCK_N columns a program."""
+{pdl("    ")}{_indent(chr(10).join(body), 4)}
+'''
+
+
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
     return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
-            f"{_partials_source()}\n{finish_source(spec)}\n{_kernels_source(name, spec)}")
+            f"{_partials_source()}\n{finish_source(spec)}\n{_kernels_source(name, spec)}\n"
+            f"{_parts_source(name, spec)}")
 
 
 def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]:
@@ -511,6 +571,26 @@ def check_weight(spec: HCPreSpec, ow: torch.Tensor | None) -> None:
     require(ow is not None, lambda: "hc_pre: the spec's norm weight (ow=) is missing")
     require(tuple(ow.shape) == (spec.d,) and ow.is_contiguous(),
             lambda: f"hc_pre norm weight: contiguous [{spec.d}], got {tuple(ow.shape)}")
+
+
+def launch_parts(kernel, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor,
+                 part: torch.Tensor, parts: torch.Tensor, block_n: int) -> None:
+    """One row's formed-site parts (the `parts_name` kernel, loaded): partials, Gram and stream
+    parts of x[0] into part (from scratch(spec, ...)) and parts ([2n, D], w's dtype), over
+    site_programs(spec) programs of block_n columns, as the GEMV after the site sums them."""
+    require_shape("hc_pre x", x, (spec.n, spec.d), 1)
+    require_shape("hc_pre fn", fn, ((2 + spec.n) * spec.n, spec.n * spec.d))
+    require(x.dtype == torch.float32, lambda: f"hc_pre x: float32, got {x.dtype}")
+    at, nn = gram(spec)
+    programs = site_programs(spec)
+    require(part.numel() >= at + programs * nn,
+            lambda: f"hc_pre partials: >= {at + programs * nn} floats, got {part.numel()}")
+    require(tuple(parts.shape) == (2 * spec.n, spec.d) and parts.is_contiguous()
+            and programs * block_n >= spec.d,
+            lambda: f"hc_pre parts: contiguous [{2 * spec.n}, {spec.d}] over {programs} "
+                    f"programs of {block_n} columns, got {tuple(parts.shape)}")
+    kernel[(programs,)](x, fn, part, parts, x.stride(1), fn.stride(0), BLOCK_N=block_n,
+                        num_warps=FUSED_WARPS)
 
 
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,

@@ -63,7 +63,7 @@ from hyperloom.codegen.emitters.matmul_epilogues import epilogue, hc_post_helper
 from hyperloom.codegen.emitters.matmul_spec import (  # noqa: F401 (API: the spec and its vocabularies)
     EPILOGUES, NORM_KERNEL, PROLOGUES, MatmulSpec)
 from hyperloom.codegen.emitters.matmul_tiles import (  # noqa: F401 (API)
-    Tiles, site_gram, site_programs, tiles)
+    Tiles, site_block, site_programs, tiles)
 from hyperloom.codegen.emitters.text import indented, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
@@ -295,7 +295,7 @@ def _form_loads(spec: MatmulSpec) -> list[str]:
     arrive under it."""
     n, (j, jp) = spec.site_in.n, hc_pre.projections(spec.site_in)
     splits = site_programs(spec.site_in)
-    gram, nn = site_gram(spec.site_in)
+    gram, nn = hc_pre.gram(spec.site_in)
     return ["if FORM:", f"    sp = tl.arange(0, {next_power_of_2(splits)})",
             f"    ip = tl.arange(0, {next_power_of_2(n)})", f"    q = tl.arange(0, {nn})",
             f"    live = (sp < {splits})[:, None]",
@@ -497,7 +497,7 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
         bound |= site.bound()
         extra["SITE"] = finishes_site(spec, rows)
         _, jp = hc_pre.projections(spec.site)
-        gram, nn = site_gram(spec.site)
+        gram, nn = hc_pre.gram(spec.site)
         need = gram + grid[0] * nn if spec.site_parts else grid[0] * jp
         require(not extra["SITE"] or site.part.numel() >= need,
                 lambda: f"site partials: >= {need} floats, got {site.part.numel()}")
@@ -530,7 +530,7 @@ def _form(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra: dic
     if not extra["FORM"]:
         return grid
     _check_parts(spec.site_in, site_in.parts)
-    gram, nn = site_gram(spec.site_in)
+    gram, nn = hc_pre.gram(spec.site_in)
     need = gram + site_programs(spec.site_in) * nn
     require(site_in.part.numel() >= need,
             lambda: f"site partials: >= {need} floats, got {site_in.part.numel()}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hyperloom.codegen.emitters import hc_pre, kda_gate
-from hyperloom.codegen.emitters.matmul_tiles import site_gram
 from hyperloom.codegen.emitters.text import indented, wrap
 from hyperloom.config import CONFIG
 
@@ -81,32 +80,22 @@ def _site(spec: MatmulSpec) -> list[str]:
     """One-row GEMV of a site-feeding GEMM: this program's columns of X' @ fn^T (X' the new
     streams it just stored) to the site's partials; the last program by ticket finishes the
     row as hc_pre would (post, comb, y). With spec.site_parts the GEMV after the site forms y
-    and its gates itself: the partials carry sum(x^2) in column J, each stream's columns are
-    stored as a hi part in the weights' dtype and the lo part it left, and nothing finishes."""
+    and its gates itself: this program writes what `hc_pre.parts_lines` says, nothing
+    finishes."""
+    barrier = "tl.debug_barrier()  # this program's new stream columns are stored"
+    if spec.site_parts:
+        return [barrier] + hc_pre.parts_lines(spec.site, "out_ptr", "so_h", CONFIG.site_lo_parts)
     j, jp = hc_pre.projections(spec.site)
-    d, parts = spec.n_out, spec.site_parts
-    lines = [
-        "tl.debug_barrier()  # this program's new stream columns are stored",
+    consts = ", ".join(hc_pre.finish_args(spec.site))
+    return [
+        barrier,
         f"jj = tl.arange(0, {jp})",
         f"pj = tl.zeros(({jp},), tl.float32)",
-        *(["sq = tl.zeros((BLOCK_N,), tl.float32)"] if parts else []),
         f"for i in tl.static_range({spec.hc}):",
         "    xs = tl.load(out_ptr + i * so_h + rn, mask=n_ok, other=0.0)",
-        f"    wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * {d} + rn[None, :],",
+        f"    wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * {spec.n_out} + rn[None, :],",
         f"                 mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)",
-        "    pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)"]
-    if parts:  # (the lo parts only where the forming GEMV reads them: CONFIG.site_lo_parts)
-        lo = [f"    tl.store(parts_ptr + ({spec.hc} + i) * {d} + rn,",
-              "             (xs - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)"]
-        return lines + [
-            "    sq += xs * xs",
-            "    hi = xs.to(parts_ptr.dtype.element_ty)",
-            f"    tl.store(parts_ptr + i * {d} + rn, hi, mask=n_ok)",
-            *(lo if CONFIG.site_lo_parts else []),
-            f"pj = tl.where(jj == {j}, tl.sum(sq, axis=0), pj)",
-            f"tl.store(part_ptr + pid_n * {jp} + jj, pj)"] + _gram(spec)
-    consts = ", ".join(hc_pre.finish_args(spec.site))
-    return lines + [
+        "    pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)",
         f"tl.store(part_ptr + pid_n * {jp} + jj, pj)",
         "tl.debug_barrier()  # every thread's partials are stored before the ticket",
         "ticket = tl.atomic_add(count_ptr, 1, sem=\"acq_rel\")",
@@ -119,19 +108,6 @@ def _site(spec: MatmulSpec) -> list[str]:
               + ["ow_ptr"] * spec.site.out_weight + [consts], ")",
               16).splitlines(),
     ]
-
-
-def _gram(spec: MatmulSpec) -> list[str]:
-    """This program's columns of the new streams' Gram, G[a, b] = sum X_a X_b, to its row of
-    the Gram partials (site_gram): the forming GEMV's sum(y^2) in fp32, off its K loop."""
-    n = spec.hc
-    gram, nn = site_gram(spec.site)
-    lines = [f"xs{i} = tl.load(out_ptr + {i} * so_h + rn, mask=n_ok, other=0.0)"
-             for i in range(n)]
-    lines += [f"q = tl.arange(0, {nn})", f"gv = tl.zeros(({nn},), tl.float32)"]
-    lines += [f"gv = tl.where((q == {a * n + b}) | (q == {b * n + a}), "
-              f"tl.sum(xs{a} * xs{b}, axis=0), gv)" for a in range(n) for b in range(a, n)]
-    return lines + [f"tl.store(part_ptr + {gram} + pid_n * {nn} + q, gv)"]
 
 
 def hc_post_helpers(spec: MatmulSpec) -> list[str]:

@@ -8,11 +8,11 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hyperloom.codegen.emitters import hc_pre
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.passes.kernel_plan import GEMV_ROWS
 
 if TYPE_CHECKING:
+    from hyperloom.codegen.emitters.hc_pre import HCPreSpec
     from hyperloom.codegen.emitters.matmul_spec import MatmulSpec
 
 SMS = 132  # H200 multiprocessors: the GEMV tiling wants a few programs on each
@@ -65,19 +65,17 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
 
 
 @functools.lru_cache(maxsize=256)
-def site_programs(site: hc_pre.HCPreSpec) -> int:
-    """Programs of a one-row GEMV with the hc_post epilogue over the site's D columns: the
-    splits of the partials it writes for the GEMV that forms the site (MatmulSpec.site_parts)."""
+def site_block(site: HCPreSpec) -> int:
+    """Columns a program of a one-row GEMV with the hc_post epilogue over the site's D columns
+    (the GEMM that writes a formed site's parts: MatmulSpec.site_parts)."""
     from hyperloom.codegen.emitters.matmul_spec import MatmulSpec as Spec
 
-    return cdiv(site.d, tiles(Spec(site.d, site.d, epilogue="hc_post", hc=site.n), 1).block_n)
+    return tiles(Spec(site.d, site.d, epilogue="hc_post", hc=site.n), 1).block_n
 
 
-@functools.lru_cache(maxsize=256)
-def site_gram(site: hc_pre.HCPreSpec) -> tuple[int, int]:
-    """(offset, row length) of the streams' Gram partials in the site's partials buffer: after
-    the projection partials, one row of next_power_of_2(n * n) floats a program."""
-    return site_programs(site) * hc_pre.projections(site)[1], next_power_of_2(site.n * site.n)
+def site_programs(site: HCPreSpec) -> int:
+    """Those programs: the splits of the partials the GEMV that forms the site sums."""
+    return cdiv(site.d, site_block(site))
 
 
 def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:

@@ -497,3 +497,44 @@ def k01_hc_pre_l0_hc_attn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
     inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
     y = y * inv
     tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
+
+
+@triton.jit
+def k01_hc_pre_l0_hc_attn_fn_parts(x_ptr, fn_ptr, part_ptr, parts_ptr, sx_stream, s_fn, BLOCK_N: tl.constexpr):
+    """Row 0's parts of a formed site: `parts_lines` over BLOCK_N columns a program."""
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    pid_n = tl.program_id(0)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = rn < 64
+    jj = tl.arange(0, 32)
+    pj = tl.zeros((32,), tl.float32)
+    sq = tl.zeros((BLOCK_N,), tl.float32)
+    for i in tl.static_range(4):
+        xs = tl.load(x_ptr + i * sx_stream + rn, mask=n_ok, other=0.0)
+        wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * 64 + rn[None, :],
+                     mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+        pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)
+        sq += xs * xs
+        hi = xs.to(parts_ptr.dtype.element_ty)
+        tl.store(parts_ptr + i * 64 + rn, hi, mask=n_ok)
+        tl.store(parts_ptr + (4 + i) * 64 + rn,
+                 (xs - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
+    pj = tl.where(jj == 24, tl.sum(sq, axis=0), pj)
+    tl.store(part_ptr + pid_n * 32 + jj, pj)
+    xs0 = tl.load(x_ptr + 0 * sx_stream + rn, mask=n_ok, other=0.0)
+    xs1 = tl.load(x_ptr + 1 * sx_stream + rn, mask=n_ok, other=0.0)
+    xs2 = tl.load(x_ptr + 2 * sx_stream + rn, mask=n_ok, other=0.0)
+    xs3 = tl.load(x_ptr + 3 * sx_stream + rn, mask=n_ok, other=0.0)
+    q = tl.arange(0, 16)
+    gv = tl.zeros((16,), tl.float32)
+    gv = tl.where((q == 0) | (q == 0), tl.sum(xs0 * xs0, axis=0), gv)
+    gv = tl.where((q == 1) | (q == 4), tl.sum(xs0 * xs1, axis=0), gv)
+    gv = tl.where((q == 2) | (q == 8), tl.sum(xs0 * xs2, axis=0), gv)
+    gv = tl.where((q == 3) | (q == 12), tl.sum(xs0 * xs3, axis=0), gv)
+    gv = tl.where((q == 5) | (q == 5), tl.sum(xs1 * xs1, axis=0), gv)
+    gv = tl.where((q == 6) | (q == 9), tl.sum(xs1 * xs2, axis=0), gv)
+    gv = tl.where((q == 7) | (q == 13), tl.sum(xs1 * xs3, axis=0), gv)
+    gv = tl.where((q == 10) | (q == 10), tl.sum(xs2 * xs2, axis=0), gv)
+    gv = tl.where((q == 11) | (q == 14), tl.sum(xs2 * xs3, axis=0), gv)
+    gv = tl.where((q == 15) | (q == 15), tl.sum(xs3 * xs3, axis=0), gv)
+    tl.store(part_ptr + 64 + pid_n * 16 + q, gv)
