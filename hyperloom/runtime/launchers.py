@@ -150,7 +150,7 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
     part, count = _hc_pre_scratch(spec, x, o, device)
     if entry.formed and not entry.folded:  # its parts at one row, for the GEMV after it
         kparts = load(src, hc_pre.parts_name(entry.name), device, entry.name)
-        parts, block = _site_parts(spec, node, o, device), matmul.site_block(spec)
+        parts, block = _site_parts(spec, node, o, device), matmul.site_block(spec.d)
 
     def run(rows: int, _: int) -> None:
         if entry.formed and not entry.folded and rows <= NARROW_ROWS:

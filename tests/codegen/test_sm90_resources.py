@@ -242,7 +242,7 @@ def test_formed_site_parts_kernel_does_not_spill(tmp_path) -> None:
     types = {"x_ptr": "*fp32", "fn_ptr": "*bf16", "part_ptr": "*fp32", "parts_ptr": "*bf16",
              "sx_stream": "i32", "s_fn": "i32"}
     k = _sm90(tmp_path, source, hc_pre.parts_name("probe"), types,
-              {"BLOCK_N": matmul.site_block(LLAMA_SITE)}, hc_pre.FUSED_WARPS, 1,
+              {"BLOCK_N": matmul.site_block(LLAMA_SITE.d)}, hc_pre.FUSED_WARPS, 1,
               ("sx_stream", "s_fn"))
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
     print(k)

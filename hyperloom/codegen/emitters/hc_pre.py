@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import torch
 
+from hyperloom.codegen.emitters.gemv import site_programs
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.matmul_tiles import site_programs
 from hyperloom.codegen.emitters.text import comment, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require, require_shape
@@ -310,9 +310,9 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
 @functools.lru_cache(maxsize=256)  # every launch of a formed site's GEMVs asks
 def gram(spec: HCPreSpec) -> tuple[int, int]:
     """(offset, row length) of the streams' Gram partials in a formed site's partials buffer:
-    after its site_programs(spec) rows of projection partials, one row of next_power_of_2(n *
+    after its site_programs(d) rows of projection partials, one row of next_power_of_2(n *
     n) floats a program."""
-    return site_programs(spec) * projections(spec)[1], next_power_of_2(spec.n * spec.n)
+    return site_programs(spec.d) * projections(spec)[1], next_power_of_2(spec.n * spec.n)
 
 
 def parts_lines(spec: HCPreSpec, x: str, s_stream: str, lo: bool) -> list[str]:
@@ -506,7 +506,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 def parts_name(name: str) -> str:
     """The kernel of source(name, ...) that writes a formed site's parts at one row (grid
-    (site_programs(spec),)): what the GEMV after the site forms y from, when no GEMM before
+    (site_programs(d),)): what the GEMV after the site forms y from, when no GEMM before
     the site writes them (the first site, after the embedding)."""
     return f"{name}_parts"
 
@@ -577,12 +577,12 @@ def launch_parts(kernel, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor,
                  part: torch.Tensor, parts: torch.Tensor, block_n: int) -> None:
     """One row's formed-site parts (the `parts_name` kernel, loaded): partials, Gram and stream
     parts of x[0] into part (from scratch(spec, ...)) and parts ([2n, D], w's dtype), over
-    site_programs(spec) programs of block_n columns, as the GEMV after the site sums them."""
+    site_programs(d) programs of block_n columns, as the GEMV after the site sums them."""
     require_shape("hc_pre x", x, (spec.n, spec.d), 1)
     require_shape("hc_pre fn", fn, ((2 + spec.n) * spec.n, spec.n * spec.d))
     require(x.dtype == torch.float32, lambda: f"hc_pre x: float32, got {x.dtype}")
     at, nn = gram(spec)
-    programs = site_programs(spec)
+    programs = site_programs(spec.d)
     require(part.numel() >= at + programs * nn,
             lambda: f"hc_pre partials: >= {at + programs * nn} floats, got {part.numel()}")
     require(tuple(parts.shape) == (2 * spec.n, spec.d) and parts.is_contiguous()

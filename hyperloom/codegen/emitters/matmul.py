@@ -62,8 +62,8 @@ from hyperloom.codegen.emitters.matmul_checks import check_operands
 from hyperloom.codegen.emitters.matmul_epilogues import epilogue, hc_post_helpers
 from hyperloom.codegen.emitters.matmul_spec import (  # noqa: F401 (API: the spec and its vocabularies)
     EPILOGUES, NORM_KERNEL, PROLOGUES, MatmulSpec)
-from hyperloom.codegen.emitters.matmul_tiles import (  # noqa: F401 (API)
-    Tiles, site_block, site_programs, tiles)
+from hyperloom.codegen.emitters.gemv import site_block, site_programs  # noqa: F401 (API)
+from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
 from hyperloom.codegen.emitters.text import indented, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
@@ -277,7 +277,7 @@ def _norm_kernel(name: str, spec: MatmulSpec) -> list[str]:
 def _form_gates(spec: MatmulSpec) -> list[str]:
     """The extra first program of a step that forms spec.site_in: the site's post and comb
     (nothing else reads them before the GEMM two launches on)."""
-    args = ["part_ptr", str(site_programs(spec.site_in)), "base_ptr", "scale_ptr", "spost_ptr",
+    args = ["part_ptr", str(site_programs(spec.site_in.d)), "base_ptr", "scale_ptr", "spost_ptr",
             "scomb_ptr", "s_comb_i"] + hc_pre.gates_args(spec.site_in)
     call = wrap("            _site_gates(", args, ")", 24).splitlines()  # (indented once more)
     return ["if FORM:", "    if tl.program_id(0) == 0:", *(line[4:] for line in call),
@@ -294,7 +294,7 @@ def _form_loads(spec: MatmulSpec) -> list[str]:
     streams' Gram from every program of the GEMV before), loaded ahead of the K loop so they
     arrive under it."""
     n, (j, jp) = spec.site_in.n, hc_pre.projections(spec.site_in)
-    splits = site_programs(spec.site_in)
+    splits = site_programs(spec.site_in.d)
     gram, nn = hc_pre.gram(spec.site_in)
     return ["if FORM:", f"    sp = tl.arange(0, {next_power_of_2(splits)})",
             f"    ip = tl.arange(0, {next_power_of_2(n)})", f"    q = tl.arange(0, {nn})",
@@ -503,9 +503,9 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
                 lambda: f"site partials: >= {need} floats, got {site.part.numel()}")
         if spec.site_parts and extra["SITE"]:
             _check_parts(spec.site, site.parts)
-            require(grid[0] == site_programs(spec.site),  # what the next GEMV sums
+            require(grid[0] == site_programs(spec.site.d),  # what the next GEMV sums
                     lambda: f"site partials: {grid[0]} programs, the GEMV after the site sums "
-                            f"{site_programs(spec.site)}")
+                            f"{site_programs(spec.site.d)}")
     if spec.site_in:
         grid = _form(spec, rows, grid, bound, extra, site_in)
     kernel[grid](*(bound[p] for p in _params(spec)), BLOCK_M=t.block_m, BLOCK_N=t.block_n,
@@ -531,7 +531,7 @@ def _form(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra: dic
         return grid
     _check_parts(spec.site_in, site_in.parts)
     gram, nn = hc_pre.gram(spec.site_in)
-    need = gram + site_programs(spec.site_in) * nn
+    need = gram + site_programs(spec.site_in.d) * nn
     require(site_in.part.numel() >= need,
             lambda: f"site partials: >= {need} floats, got {site_in.part.numel()}")
     bound |= {"x_ptr": site_in.parts, "sx_t": site_in.parts.stride(0)}

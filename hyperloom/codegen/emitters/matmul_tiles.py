@@ -8,14 +8,13 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
+from hyperloom.codegen.emitters.gemv import weight_rows
+from hyperloom.codegen.emitters.ints import next_power_of_2
 from hyperloom.passes.kernel_plan import GEMV_ROWS
 
 if TYPE_CHECKING:
-    from hyperloom.codegen.emitters.hc_pre import HCPreSpec
     from hyperloom.codegen.emitters.matmul_spec import MatmulSpec
 
-SMS = 132  # H200 multiprocessors: the GEMV tiling wants a few programs on each
 SMEM_BYTES = 160 * 1024  # pipelined operand tiles (Hopper: 227 KB a block, the rest scratch)
 
 
@@ -44,7 +43,7 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
         # 2x12288x4096 50.5 at 32+32 rows and 4 stages (6: 53.9), down 4096x12288 28.6 at 32
         # rows and 8 stages (6: 29.6), LM head 32000x4096 64.0 at 64 rows and 6 stages (32
         # rows: 66.4)
-        w_rows = 32 if cdiv(spec.n, 32) <= SMS else 64
+        w_rows = weight_rows(spec.n)
         swiglu = spec.epilogue == "swiglu"
         stages = 8 if w_rows == 32 else 4 if swiglu else 6
         t = Tiles(16, w_rows // 2 if swiglu else w_rows, min(128, k_max), 1, 4, stages,
@@ -62,20 +61,6 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
     if spec.epilogue == "gated_norm":  # a column block is one norm group
         t = dataclasses.replace(t, block_n=spec.group)
     return _fit_smem(spec, t, x_bytes, w_bytes)
-
-
-@functools.lru_cache(maxsize=256)
-def site_block(site: HCPreSpec) -> int:
-    """Columns a program of a one-row GEMV with the hc_post epilogue over the site's D columns
-    (the GEMM that writes a formed site's parts: MatmulSpec.site_parts)."""
-    from hyperloom.codegen.emitters.matmul_spec import MatmulSpec as Spec
-
-    return tiles(Spec(site.d, site.d, epilogue="hc_post", hc=site.n), 1).block_n
-
-
-def site_programs(site: HCPreSpec) -> int:
-    """Those programs: the splits of the partials the GEMV that forms the site sums."""
-    return cdiv(site.d, site_block(site))
 
 
 def _fit_smem(spec: MatmulSpec, t: Tiles, x_bytes: int, w_bytes: int) -> Tiles:
