@@ -320,30 +320,30 @@ def parts_lines(spec: HCPreSpec, x: str, s_stream: str, lo: bool) -> list[str]:
     columns rn (n_ok) of the streams (stream i at `x` + i * `s_stream`), its partials of X @
     fn^T with sum(x^2) in column J (row pid_n of `part_ptr`), its columns of the streams' Gram
     (its row of `gram(spec)`), and each stream's columns as a hi part in parts_ptr's dtype
-    (rows 0..n-1), then (`lo`) the lo part that rounding left (rows n..2n-1)."""
+    (rows 0..n-1), then (`lo`) the lo part that rounding left (rows n..2n-1). Each stream's
+    columns are loaded once."""
     n, d = spec.n, spec.d
     (j, jp), (at, nn) = projections(spec), gram(spec)
     lines = [f"jj = tl.arange(0, {jp})", f"pj = tl.zeros(({jp},), tl.float32)",
-             "sq = tl.zeros((BLOCK_N,), tl.float32)", f"for i in tl.static_range({n}):",
-             f"    xs = tl.load({x} + i * {s_stream} + rn, mask=n_ok, other=0.0)",
-             f"    wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * {d} + rn[None, :],",
-             f"                 mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)",
-             "    pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)", "    sq += xs * xs",
-             "    hi = xs.to(parts_ptr.dtype.element_ty)",
-             f"    tl.store(parts_ptr + i * {d} + rn, hi, mask=n_ok)"]
-    if lo:
-        lines += [f"    tl.store(parts_ptr + ({n} + i) * {d} + rn,",
-                  "             (xs - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), "
-                  "mask=n_ok)"]
-    lines += [f"pj = tl.where(jj == {j}, tl.sum(sq, axis=0), pj)",
-              f"tl.store(part_ptr + pid_n * {jp} + jj, pj)"]
-    # the Gram: G[a, b] = sum X_a X_b, the forming GEMV's sum(y^2) in fp32, off its K loop
-    lines += [f"xs{i} = tl.load({x} + {i} * {s_stream} + rn, mask=n_ok, other=0.0)"
-              for i in range(n)]
-    lines += [f"q = tl.arange(0, {nn})", f"gv = tl.zeros(({nn},), tl.float32)"]
+             f"q = tl.arange(0, {nn})", f"gv = tl.zeros(({nn},), tl.float32)"]
+    for i in range(n):
+        lines += [f"xs{i} = tl.load({x} + {i} * {s_stream} + rn, mask=n_ok, other=0.0)",
+                  f"wf = tl.load(fn_ptr + jj[:, None] * s_fn + {i * d} + rn[None, :],",
+                  f"             mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)",
+                  f"pj += tl.sum(wf.to(tl.float32) * xs{i}[None, :], axis=1)",
+                  f"hi = xs{i}.to(parts_ptr.dtype.element_ty)",
+                  f"tl.store(parts_ptr + {i * d} + rn, hi, mask=n_ok)"]
+        if lo:
+            lines += [f"tl.store(parts_ptr + {(n + i) * d} + rn, (xs{i} - hi.to(tl.float32))"
+                      ".to(parts_ptr.dtype.element_ty), mask=n_ok)"]
+    # the Gram G[a, b] = sum X_a X_b (the forming GEMV's sum(y^2) in fp32, off its K loop);
+    # its trace, sum(x^2), also goes to column J of the partials
     lines += [f"gv = tl.where((q == {a * n + b}) | (q == {b * n + a}), "
               f"tl.sum(xs{a} * xs{b}, axis=0), gv)" for a in range(n) for b in range(a, n)]
-    return lines + [f"tl.store(part_ptr + {at} + pid_n * {nn} + q, gv)"]
+    trace = " | ".join(f"(q == {i * n + i})" for i in range(n))
+    return lines + [f"pj = tl.where(jj == {j}, tl.sum(tl.where({trace}, gv, 0.0), axis=0), pj)",
+                    f"tl.store(part_ptr + pid_n * {jp} + jj, pj)",
+                    f"tl.store(part_ptr + {at} + pid_n * {nn} + q, gv)"]
 
 
 def gates_source(spec: HCPreSpec) -> str:

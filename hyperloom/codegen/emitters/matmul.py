@@ -290,10 +290,10 @@ def _form_rows(spec: MatmulSpec) -> int:
 
 
 def _form_loads(spec: MatmulSpec) -> list[str]:
-    """The site's partials a forming program needs (its n pre logits, sum(x^2) and the
-    streams' Gram from every program of the GEMV before), loaded ahead of the K loop so they
-    arrive under it."""
-    n, (j, jp) = spec.site_in.n, hc_pre.projections(spec.site_in)
+    """The site's partials a forming program needs (its n pre logits and the streams' Gram,
+    whose trace is sum(x^2), from every program of the GEMV before), loaded ahead of the K
+    loop so they arrive under it."""
+    n, jp = spec.site_in.n, hc_pre.projections(spec.site_in)[1]
     splits = site_programs(spec.site_in.d)
     gram, nn = hc_pre.gram(spec.site_in)
     return ["if FORM:", f"    sp = tl.arange(0, {next_power_of_2(splits)})",
@@ -301,8 +301,6 @@ def _form_loads(spec: MatmulSpec) -> list[str]:
             f"    live = (sp < {splits})[:, None]",
             f"    pm = tl.load(part_ptr + sp[:, None] * {jp} + ip[None, :],",
             f"                 mask=live & (ip < {n})[None, :], other=0.0, cache_modifier=\".cg\")",
-            f"    ps = tl.load(part_ptr + sp * {jp} + {j}, mask=sp < {splits}, other=0.0,",
-            '                 cache_modifier=".cg")',
             f"    pg = tl.load(part_ptr + {gram} + sp[:, None] * {nn} + q[None, :], mask=live,",
             '                 other=0.0, cache_modifier=".cg")']
 
@@ -314,7 +312,9 @@ def _form_result(spec: MatmulSpec) -> list[str]:
     n, d = site.n, site.d
     lines = [
         "if FORM:",
-        f"    r = tl.rsqrt(tl.sum(ps, axis=0) / {n * d} + {site.norm_eps!r})",
+        "    g = tl.sum(pg, axis=0)",
+        f"    ss = tl.sum(tl.where(q % {n + 1} == 0, g, 0.0), axis=0)  # the trace: sum(x^2)",
+        f"    r = tl.rsqrt(ss / {n * d} + {site.norm_eps!r})",
         "    pre = tl.sigmoid(tl.sum(pm, axis=0) * r * tl.load(scale_ptr)",
         f"                     + tl.load(base_ptr + ip, mask=ip < {n}, other=0.0))"
         f" + {site.hc_eps!r}",
@@ -322,7 +322,7 @@ def _form_result(spec: MatmulSpec) -> list[str]:
         "    pa = tl.sum(tl.where(pick, pre[None, :], 0.0), axis=1)",
         f"    qa = tl.sum(tl.where((q // {n})[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)",
         f"    qb = tl.sum(tl.where((q % {n})[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)",
-        "    yy = tl.sum(tl.sum(pg, axis=0) * qa * qb, axis=0)",
+        "    yy = tl.sum(g * qa * qb, axis=0)",
         f"    inv = tl.rsqrt(yy / {d} + {site.out_eps!r})"]
     return lines + [f"    {acc} = tl.broadcast_to(tl.sum({acc} * pa[:, None], axis=0)[None, :] "
                     f"* inv, [BLOCK_M, BLOCK_N])" for acc, _ in _weights(spec)]

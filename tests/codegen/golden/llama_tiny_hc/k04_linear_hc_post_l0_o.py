@@ -92,25 +92,36 @@ def k04_linear_hc_post_l0_o(
             tl.debug_barrier()  # this program's new stream columns are stored
             jj = tl.arange(0, 32)
             pj = tl.zeros((32,), tl.float32)
-            sq = tl.zeros((BLOCK_N,), tl.float32)
-            for i in tl.static_range(4):
-                xs = tl.load(out_ptr + i * so_h + rn, mask=n_ok, other=0.0)
-                wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * 64 + rn[None, :],
-                             mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
-                pj += tl.sum(wf.to(tl.float32) * xs[None, :], axis=1)
-                sq += xs * xs
-                hi = xs.to(parts_ptr.dtype.element_ty)
-                tl.store(parts_ptr + i * 64 + rn, hi, mask=n_ok)
-                tl.store(parts_ptr + (4 + i) * 64 + rn,
-                         (xs - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
-            pj = tl.where(jj == 24, tl.sum(sq, axis=0), pj)
-            tl.store(part_ptr + pid_n * 32 + jj, pj)
-            xs0 = tl.load(out_ptr + 0 * so_h + rn, mask=n_ok, other=0.0)
-            xs1 = tl.load(out_ptr + 1 * so_h + rn, mask=n_ok, other=0.0)
-            xs2 = tl.load(out_ptr + 2 * so_h + rn, mask=n_ok, other=0.0)
-            xs3 = tl.load(out_ptr + 3 * so_h + rn, mask=n_ok, other=0.0)
             q = tl.arange(0, 16)
             gv = tl.zeros((16,), tl.float32)
+            xs0 = tl.load(out_ptr + 0 * so_h + rn, mask=n_ok, other=0.0)
+            wf = tl.load(fn_ptr + jj[:, None] * s_fn + 0 + rn[None, :],
+                         mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+            pj += tl.sum(wf.to(tl.float32) * xs0[None, :], axis=1)
+            hi = xs0.to(parts_ptr.dtype.element_ty)
+            tl.store(parts_ptr + 0 + rn, hi, mask=n_ok)
+            tl.store(parts_ptr + 256 + rn, (xs0 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
+            xs1 = tl.load(out_ptr + 1 * so_h + rn, mask=n_ok, other=0.0)
+            wf = tl.load(fn_ptr + jj[:, None] * s_fn + 64 + rn[None, :],
+                         mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+            pj += tl.sum(wf.to(tl.float32) * xs1[None, :], axis=1)
+            hi = xs1.to(parts_ptr.dtype.element_ty)
+            tl.store(parts_ptr + 64 + rn, hi, mask=n_ok)
+            tl.store(parts_ptr + 320 + rn, (xs1 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
+            xs2 = tl.load(out_ptr + 2 * so_h + rn, mask=n_ok, other=0.0)
+            wf = tl.load(fn_ptr + jj[:, None] * s_fn + 128 + rn[None, :],
+                         mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+            pj += tl.sum(wf.to(tl.float32) * xs2[None, :], axis=1)
+            hi = xs2.to(parts_ptr.dtype.element_ty)
+            tl.store(parts_ptr + 128 + rn, hi, mask=n_ok)
+            tl.store(parts_ptr + 384 + rn, (xs2 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
+            xs3 = tl.load(out_ptr + 3 * so_h + rn, mask=n_ok, other=0.0)
+            wf = tl.load(fn_ptr + jj[:, None] * s_fn + 192 + rn[None, :],
+                         mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+            pj += tl.sum(wf.to(tl.float32) * xs3[None, :], axis=1)
+            hi = xs3.to(parts_ptr.dtype.element_ty)
+            tl.store(parts_ptr + 192 + rn, hi, mask=n_ok)
+            tl.store(parts_ptr + 448 + rn, (xs3 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
             gv = tl.where((q == 0) | (q == 0), tl.sum(xs0 * xs0, axis=0), gv)
             gv = tl.where((q == 1) | (q == 4), tl.sum(xs0 * xs1, axis=0), gv)
             gv = tl.where((q == 2) | (q == 8), tl.sum(xs0 * xs2, axis=0), gv)
@@ -121,6 +132,8 @@ def k04_linear_hc_post_l0_o(
             gv = tl.where((q == 10) | (q == 10), tl.sum(xs2 * xs2, axis=0), gv)
             gv = tl.where((q == 11) | (q == 14), tl.sum(xs2 * xs3, axis=0), gv)
             gv = tl.where((q == 15) | (q == 15), tl.sum(xs3 * xs3, axis=0), gv)
+            pj = tl.where(jj == 24, tl.sum(tl.where((q == 0) | (q == 5) | (q == 10) | (q == 15), gv, 0.0), axis=0), pj)
+            tl.store(part_ptr + pid_n * 32 + jj, pj)
             tl.store(part_ptr + 64 + pid_n * 16 + q, gv)
     else:
         acc0, acc1 = _halves(acc, BLOCK_M, BLOCK_N // 2)

@@ -207,8 +207,6 @@ def k06_swiglu_linear_l0_gate_up(
         live = (sp < 2)[:, None]
         pm = tl.load(part_ptr + sp[:, None] * 32 + ip[None, :],
                      mask=live & (ip < 4)[None, :], other=0.0, cache_modifier=".cg")
-        ps = tl.load(part_ptr + sp * 32 + 24, mask=sp < 2, other=0.0,
-                     cache_modifier=".cg")
         pg = tl.load(part_ptr + 64 + sp[:, None] * 16 + q[None, :], mask=live,
                      other=0.0, cache_modifier=".cg")
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -226,14 +224,16 @@ def k06_swiglu_linear_l0_gate_up(
         acc_g = tl.dot(a.to(b0.dtype), b0, acc_g)
         acc_u = tl.dot(a.to(b1.dtype), b1, acc_u)
     if FORM:
-        r = tl.rsqrt(tl.sum(ps, axis=0) / 256 + 1e-05)
+        g = tl.sum(pg, axis=0)
+        ss = tl.sum(tl.where(q % 5 == 0, g, 0.0), axis=0)  # the trace: sum(x^2)
+        r = tl.rsqrt(ss / 256 + 1e-05)
         pre = tl.sigmoid(tl.sum(pm, axis=0) * r * tl.load(scale_ptr)
                          + tl.load(base_ptr + ip, mask=ip < 4, other=0.0)) + 1e-06
         pick = ((rm % 4)[:, None] == ip[None, :]) & (rm < 8)[:, None]
         pa = tl.sum(tl.where(pick, pre[None, :], 0.0), axis=1)
         qa = tl.sum(tl.where((q // 4)[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)
         qb = tl.sum(tl.where((q % 4)[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)
-        yy = tl.sum(tl.sum(pg, axis=0) * qa * qb, axis=0)
+        yy = tl.sum(g * qa * qb, axis=0)
         inv = tl.rsqrt(yy / 64 + 1e-05)
         acc_g = tl.broadcast_to(tl.sum(acc_g * pa[:, None], axis=0)[None, :] * inv, [BLOCK_M, BLOCK_N])
         acc_u = tl.broadcast_to(tl.sum(acc_u * pa[:, None], axis=0)[None, :] * inv, [BLOCK_M, BLOCK_N])
