@@ -33,9 +33,11 @@ from dataclasses import dataclass
 import torch
 
 from hyperloom.codegen.emitters.gemv import site_programs
+from hyperloom.codegen.emitters.hc_gates import (GATES, cells, comb, partial_sums, put_cells,
+                                                 sinkhorn_cells)
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import comment, pdl, wrap
+from hyperloom.codegen.emitters.text import comment, indent_block, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require, require_shape
 from hyperloom.passes.kernel_plan import HC_WIDE_ROWS
@@ -83,11 +85,6 @@ class HCPreSpec:
 def kernel_names(name: str) -> tuple[str, ...]:
     """(one-launch, projection, finish, gates, apply kernels) defined by source(name, ...)."""
     return name, f"{name}_proj", f"{name}_finish", f"{name}_gates", f"{name}_apply"
-
-
-def _indent(text: str, by: int) -> str:
-    return "".join(" " * by + line if line.strip() else line
-                   for line in text.splitlines(keepends=True))
 
 
 def _blocks(spec: HCPreSpec) -> dict[str, int]:
@@ -168,7 +165,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-{_indent(dot, 8)}{tail}    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
+{indent_block(dot, 8)}{tail}    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 '''
 
@@ -181,89 +178,7 @@ def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
     time, each after `load` (the row is in L2 after a first pass)."""
     if whole:
         return body
-    return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{_indent(load + body, 4)}"
-
-
-def _cells(n: int) -> list[tuple[int, int]]:
-    return [(a, b) for a in range(n) for b in range(n)]
-
-
-def _sum(terms: list[str]) -> str:
-    return " + ".join(terms)
-
-
-def _max(terms: list[str]) -> str:
-    while len(terms) > 1:
-        pairs = [f"tl.maximum({a}, {b})" for a, b in zip(terms[::2], terms[1::2])]
-        terms = pairs + ([terms[-1]] if len(terms) % 2 else [])
-    return terms[0]
-
-
-def _normalize(n: int, rows: bool) -> str:
-    """One Sinkhorn half-step over the cells c{a}{b}: every row (or column) divided by its sum
-    + HC_EPS (times one reciprocal a line)."""
-    out = ""
-    for u in range(n):
-        line = [f"c{u}{v}" if rows else f"c{v}{u}" for v in range(n)]
-        out += f"sk = 1.0 / ({_sum(line)} + HC_EPS)\n" + "".join(f"{c} = {c} * sk\n"
-                                                                 for c in line)
-    return out
-
-
-def _sinkhorn_cells(n: int) -> str:
-    """Sinkhorn of the n x n logits l{a}{b} into c{a}{b}, cell by cell: an [RB] vector a cell
-    in a gates program (H200, 4096 rows: gates 7.4 -> 6.3 us against [RB, NP, NP] tiles, two
-    cross-thread reductions a half-step), a scalar in a lone row's finish (read back from
-    memory: picked out of z by 16 masked sums, the finish took 116 us, not 9.7)."""
-    out = ""
-    for a in range(n):
-        row = [f"l{a}{b}" for b in range(n)]
-        out += f"mx = {_max(row)}\n" + "".join(f"e{a}{b} = tl.exp(l{a}{b} - mx)\n"
-                                                for b in range(n))
-        out += f"sk = 1.0 / ({_sum([f'e{a}{b}' for b in range(n)])})\n"
-        out += "".join(f"c{a}{b} = e{a}{b} * sk + HC_EPS\n" for b in range(n))
-    loop = _normalize(n, True) + _normalize(n, False)
-    return (out + _normalize(n, False) + "for _ in range(ITERS - 1):\n"
-            + _indent(loop, 4))
-
-
-def _put_cells(n: int, row: str, mask: str = "") -> str:
-    """The cells c{a}{b} stored to comb at `row` (a pointer expression), under `mask`."""
-    m = f", mask={mask}" if mask else ""
-    return "".join(f"tl.store({row} + {a} * scomb_i + {b}, c{a}{b}{m})\n" for a, b in _cells(n))
-
-
-def _partial_sums() -> str:
-    """m [JP]: the row's partials summed over the splits, SB at a time."""
-    head, tail = runtime_loop("s0", "0", "splits", "SB", "")
-    return f'''m = tl.zeros((JP,), tl.float32)
-sb = tl.arange(0, SB)
-{head}    s = s0 + sb
-    m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + j[None, :],
-                        mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
-{tail}'''
-
-
-# from m and ss (the row's sum(x^2)): every projection's logit z and sigmoid, post stored
-_GATES = """# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
-sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
-                                                   tl.load(scale_ptr + 2)))
-z = m * tl.rsqrt(ss / (N * D) + NORM_EPS) * sc + tl.load(base_ptr + j, mask=j < J, other=0.0)
-sig = tl.sigmoid(z)
-tl.store(post_ptr + row * spost_row + (j - N), 2.0 * sig, mask=(j >= N) & (j < 2 * N))
-"""
-
-
-def _comb(n: int) -> str:
-    """The row's comb from its logits z: Sinkhorn, stored."""
-    pick = "".join(f"l{a}{b} = tl.load(cz + {a} * scomb_i + {b})\n" for a, b in _cells(n))
-    park = ("# the comb logits parked in the row's comb and read back as scalars: Sinkhorn cell "
-            "by cell,\n# no cross-thread reductions (as [NP, NP] tiles, two a half-step)\n")
-    return park + f'''cz = comb_ptr + row * scomb_row
-ab = j - 2 * N
-tl.store(cz + (ab // N) * scomb_i + ab % N, z, mask=(j >= 2 * N) & (j < J))
-tl.debug_barrier()  # every thread's logits are stored before any is read
-{pick}{_sinkhorn_cells(n)}{_put_cells(n, 'cz')}'''
+    return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{indent_block(load + body, 4)}"
 
 
 def finish_source(spec: HCPreSpec) -> str:
@@ -291,11 +206,11 @@ ii = tl.arange(0, NP)
 dd = tl.arange(0, BLOCK_Y)
 smask = (ii < N)[:, None]  # padded streams read zeros
 x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
-{_partial_sums()}{head}{_GATES}
+{partial_sums()}{head}{GATES}
 # register tensors cannot be sliced: pick columns out with one-hot masked sums
 pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
 {norm_pass}{store}
-{_comb(spec.n)}'''
+{comb(spec.n)}'''
     return f'''
 @triton.jit
 def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
@@ -304,7 +219,7 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
                 JP: tl.constexpr, SB: tl.constexpr, BLOCK_Y: tl.constexpr,
                 NORM_EPS: tl.constexpr, HC_EPS: tl.constexpr, ITERS: tl.constexpr{out_eps}):
     """One row: partials -> gates -> Sinkhorn -> post, comb, y."""
-{_indent(body, 4)}'''
+{indent_block(body, 4)}'''
 
 
 @functools.lru_cache(maxsize=256)  # every launch of a formed site's GEMVs asks
@@ -354,8 +269,8 @@ rows_pad = 1
 spost_row = 0
 scomb_row = 0
 j = tl.arange(0, JP)
-{_partial_sums()}ss = tl.sum(tl.where(j == J, m, 0.0), axis=0)
-{_GATES}{_comb(spec.n)}'''
+{partial_sums()}ss = tl.sum(tl.where(j == J, m, 0.0), axis=0)
+{GATES}{comb(spec.n)}'''
     return f'''
 @triton.jit
 def _site_gates(part_ptr, splits, base_ptr, scale_ptr, post_ptr, comb_ptr, scomb_i,
@@ -363,7 +278,7 @@ def _site_gates(part_ptr, splits, base_ptr, scale_ptr, post_ptr, comb_ptr, scomb
                 SB: tl.constexpr, NORM_EPS: tl.constexpr, HC_EPS: tl.constexpr,
                 ITERS: tl.constexpr):
     """Row 0's post and comb from its partials (rows_pad 1; sum(x^2) in column J)."""
-{_indent(body, 4)}'''
+{indent_block(body, 4)}'''
 
 
 def gates_args(spec: HCPreSpec) -> list[str]:
@@ -381,7 +296,7 @@ def _gates_body(spec: HCPreSpec) -> str:
     head, tail = runtime_loop("s0", "0", "splits", "SG", "")
     n = spec.n
     pick = "".join(f"l{a}{b} = tl.load(at + {2 * n + a * n + b}, mask=tmask, other=0.0) * rc "
-                   f"+ tl.load(base_ptr + {2 * n + a * n + b})\n" for a, b in _cells(n))
+                   f"+ tl.load(base_ptr + {2 * n + a * n + b})\n" for a, b in cells(n))
     return f'''t0 = tl.program_id(0) * RB
 flat = tl.arange(0, RB * JP)
 fmask = flat < (rows - t0) * JP
@@ -406,7 +321,7 @@ bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
 post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
 tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
 rc = r * tl.load(scale_ptr + 2)
-{pick}{_sinkhorn_cells(spec.n)}{_put_cells(n, 'comb_ptr + t64 * scomb_row', 'tmask')}'''
+{pick}{sinkhorn_cells(spec.n)}{put_cells(n, 'comb_ptr + t64 * scomb_row', 'tmask')}'''
 
 
 def _apply_body(spec: HCPreSpec) -> str:
@@ -497,11 +412,11 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {gates}(", params, "):", 8)}
-{wait}{_indent(_gates_body(spec), 4)}
+{wait}{indent_block(_gates_body(spec), 4)}
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {apply}(", params, "):", 8)}
-{wait}{_indent(_apply_body(spec), 4)}'''
+{wait}{indent_block(_apply_body(spec), 4)}'''
 
 
 def parts_name(name: str) -> str:
@@ -518,7 +433,7 @@ def _parts_source(name: str, spec: HCPreSpec) -> str:
 @triton.jit
 def {parts_name(name)}(x_ptr, fn_ptr, part_ptr, parts_ptr, sx_stream, s_fn, BLOCK_N: tl.constexpr):
     """Row 0's parts of a formed site: `parts_lines` over BLOCK_N columns a program."""
-{pdl("    ")}{_indent(chr(10).join(body), 4)}
+{pdl("    ")}{indent_block(chr(10).join(body), 4)}
 '''
 
 

@@ -31,6 +31,12 @@ def comment(header: str) -> str:
     return "".join(f"# {line}\n" for line in header.splitlines())
 
 
+def indent_block(text: str, by: int) -> str:
+    """Source text `by` spaces deeper (blank lines stay empty)."""
+    return "".join(" " * by + line if line.strip() else line
+                   for line in text.splitlines(keepends=True))
+
+
 def indented(lines: list[str]) -> list[str]:
     """Source lines one level (four spaces) deeper."""
     return ["    " + line for line in lines]
