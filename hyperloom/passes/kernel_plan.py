@@ -170,9 +170,10 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
     epilogue runs hc_post apart above APART_ROWS rows, and its gated norm prologue as a kernel of
     its own; attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write,
     then attend; hc_pre finishes 2 to HC_WIDE_ROWS rows in a second kernel, more in two (gates,
-    apply) or in its sweep's one launch (CONFIG.hc_sweep_splits); routed experts count their pairs in a kernel of its own past MOE_ROUTE_PAIRS; KDA
-    takes its chunked kernels for a run of KDA_CHUNKED_ROWS rows, and MLA its dense kernel for a
-    run of MLA_DENSE_ROWS (both counted here by the step's rows)."""
+    apply) or in its sweep's one launch (CONFIG.hc_sweep_splits); routed experts count their
+    pairs in a kernel of its own past MOE_ROUTE_PAIRS; KDA takes its chunked kernels for a run
+    of KDA_CHUNKED_ROWS rows, and MLA its dense kernel for a run of MLA_DENSE_ROWS (both
+    counted here by the step's rows)."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
         return ((None, 2),)
