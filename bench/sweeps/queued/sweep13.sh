@@ -1,8 +1,8 @@
 # One device call (about 8 minutes): the bf16 GPU tests of hc_pre (the sweep among them), the
 # compiled engines and the matmuls; then llama bench's mHC site at 4096 rows with hc_pre's wide
 # step as three launches (hc_sweep_splits=0, against torch.compile's default mode) and as the
-# sweep at 4, 8 and 16 K splits a row block; llama prefill of 2048 tokens with and without it. Run from the repository root with transformers'
-# wheel on PYTHONPATH; logs under $OUT.
+# sweep at 4, 8 and 16 K splits a row block; llama prefill of 2048 tokens with and without it.
+# Run from the repository root with transformers' wheel on PYTHONPATH; logs under $OUT.
 timeout 280 python3 -m pytest -p no:xdist -o addopts=-ra -m gpu -q tests/codegen/test_hc_pre.py \
     tests/runtime/test_compiled_gpu.py tests/codegen/test_matmul.py 2>&1 | tail -12 \
     | tee "$OUT/tests.log"
