@@ -75,6 +75,7 @@ def main() -> None:
                                (4, "all", 8), (16, "all", 8), (8, "all", 4), (32, "", 8)]:
         with overrides(hc_sweep_splits=splits):
             kernels = variant(cut, warps)
+            ops["part"], ops["count"] = hc_pre.scratch(SPEC, ROWS, "cuda")  # the splits' size
             ops["y"].fill_(float("nan"))
 
             def run():
