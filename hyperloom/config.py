@@ -42,11 +42,6 @@ class Config:
         "help": "a formed site's GEMV takes each stream's lo part (what rounding it to the "
                 "weights' dtype left) as A rows beside its hi part: y to about 2^-16; off: "
                 "the hi parts alone (each stream rounded, as the stored y was), half the rows"})
-    hc_sweep_splits: int = field(default=0, metadata={
-        "help": "a wide hc_pre step (above 512 rows) in one launch: each block of 16 rows "
-                "is this many programs of K splits in a row, and the block's last one reads "
-                "its rows again from L2 for the gates and y (0: projection, apply and gates, "
-                "three launches and two reads of the streams from HBM)"})
     conv_gate: bool = field(default=True, metadata={
         "help": "a step of at most 16 rows runs each KDA layer's f_b GEMM and decay gate as "
                 "more programs of its conv's launch (both read only the front projections' "

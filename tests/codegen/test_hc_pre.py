@@ -13,7 +13,6 @@ import math
 import pytest
 import torch
 
-from hyperloom.config import CONFIG, overrides
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
@@ -61,14 +60,13 @@ class Case:
         part, count = scratch(self.spec, self.rows, self.device)
         part.fill_(float("nan"))  # every partial a finish reads, a projection wrote
         fused = self.rows in FUSED
-        ticketed = fused or (self.rows > hc_pre_emitter.WIDE_ROWS and CONFIG.hc_sweep_splits)
-        if not ticketed:  # the two- and three-kernel paths must not touch the counters
+        if not fused:  # the two-kernel path must not touch the counters (nor take a ticket)
             count.fill_(-1)
         for _ in range(2):  # the counters are left zeroed: a second launch is the same
             launch(kernels, self.spec, x=self.x, fn=self.fn, base=self.base, scale=self.scale,
                    y=self.y, post=self.post, comb=self.comb, part=part, count=count,
                    rows=self.rows, fused=fused, ow=self.ow)
-        assert (count == (0 if ticketed else -1)).all(), "ticket counters not reset, or touched"
+        assert (count == (0 if fused else -1)).all(), "ticket counters not reset, or touched"
 
     def reference(self, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         s, r = self.spec, self.rows
@@ -112,20 +110,6 @@ def test_hc_pre(n: int, d: int, rows: int, sms: int, out: str, monkeypatch) -> N
     assert_close(case.comb[:rows].sum(-2), torch.ones(rows, n), torch.float32, "column sums")
 
 
-@pytest.mark.parametrize("n,d", [(4, 300), (2, 200)])
-@pytest.mark.parametrize("rows", [33, 70])  # one, and a part of a second, wide row block pair
-@pytest.mark.parametrize("splits", [1, 5, 128])  # 128: as many as the row has K blocks
-@pytest.mark.parametrize("out", OUTS)
-def test_hc_pre_sweep(n: int, d: int, rows: int, splits: int, out: str, monkeypatch) -> None:
-    # hc_sweep_splits: a wide step in one launch, each row block's last split finishing it
-    monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", WIDE)
-    with overrides(hc_sweep_splits=splits):
-        block, blocks, _, nsplit = hc_pre_emitter.layout(_spec(n, d, out), 40, fused=False)
-        assert (block, blocks) == (hc_pre_emitter.BLOCK_T, 3)
-        assert nsplit == min(splits, n * -(-d // 128))
-        test_hc_pre(n, d, rows, 132, out, monkeypatch)
-
-
 @pytest.mark.parametrize("name, bad, message", [
     ("comb", lambda c: c.comb[:, :3, :3], r"hc_pre comb: \[>= 5, 4, 4\].*\(8, 3, 3\)"),
     ("x", lambda c: c.x[:4], r"hc_pre x: \[>= 5, 4, 64\].*\(4, 4, 64\)"),
@@ -141,7 +125,7 @@ def test_bad_operand_is_named_before_launch(name: str, bad, message: str) -> Non
            "post": case.post, "comb": case.comb, "part": case.part}
     ops[name] = bad(case)
     with pytest.raises(ValueError, match=message):
-        launch((None,) * 6, spec, **ops, count=count, rows=5, fused=False)
+        launch((None,) * 5, spec, **ops, count=count, rows=5, fused=False)
     assert case.y.isnan().all() and case.post.isnan().all(), "nothing may run"
 
 
@@ -152,11 +136,11 @@ def test_norm_weight_is_checked_before_launch() -> None:
     ops = dict(x=case.x, fn=case.fn, base=case.base, scale=case.scale, y=case.y, post=case.post,
                comb=case.comb, part=part, count=count, rows=5, fused=False)
     with pytest.raises(ValueError, match=r"norm weight \(ow=\) is missing"):
-        launch((None,) * 6, spec, **ops)
+        launch((None,) * 5, spec, **ops)
     with pytest.raises(ValueError, match=r"norm weight: contiguous \[64\], got \(63,\)"):
-        launch((None,) * 6, spec, **ops, ow=case.ow[:63])
+        launch((None,) * 5, spec, **ops, ow=case.ow[:63])
     with pytest.raises(ValueError, match="a norm weight for a spec without one"):
-        launch((None,) * 6, _spec(4, 64, "norm"), **ops, ow=case.ow)
+        launch((None,) * 5, _spec(4, 64, "norm"), **ops, ow=case.ow)
     assert case.y.isnan().all(), "nothing may run"
 
 
@@ -166,8 +150,7 @@ def test_wide_projection_runs_in_one_wave(rows: int) -> None:
     # partial wave idled most of the GPU: 91 against 76 us at 4096 rows on the H200)
     e = hc_pre_emitter
     spec = HCPreSpec(n=4, d=4096, norm_eps=1e-6, hc_eps=1e-6, iters=20)
-    with overrides(hc_sweep_splits=0):
-        block, blocks, rows_pad, splits = e.layout(spec, rows, fused=False)
+    block, blocks, rows_pad, splits = e.layout(spec, rows, fused=False)
     slots, k_blocks = e.PROJ_RESIDENT * e.SMS, 4 * 4096 // 128
     assert (block, blocks, rows_pad) == (e.PROJ_ROWS, -(-rows // block), blocks * block)
     assert blocks * splits <= max(slots, blocks), "more programs than one wave"
@@ -205,12 +188,3 @@ def test_hc_pre_gpu(rows: int, out: str, d: int) -> None:
     assert_rel(case.post[:rows], post, 1e-2, "post")
     assert_rel(case.comb[:rows], comb, 1e-2, "comb")
     case.untouched()
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows", [600, 4096])
-@pytest.mark.parametrize("out", OUTS)
-@pytest.mark.parametrize("splits", [4, 8, 16])
-def test_hc_pre_sweep_gpu(rows: int, out: str, splits: int) -> None:
-    with overrides(hc_sweep_splits=splits):
-        test_hc_pre_gpu(rows, out, 4096)

@@ -246,18 +246,3 @@ def test_formed_site_parts_kernel_does_not_spill(tmp_path) -> None:
               ("sx_stream", "s_fn"))
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
     print(k)
-
-
-def test_hc_pre_sweep_pipelines_without_spills(tmp_path) -> None:
-    """A wide step's sweep (hc_sweep_splits) at llama bench's size: its K loop pipelined, and
-    its finishing program's D = 4096 row held in registers without spilling."""
-    with overrides(interpret=False):
-        source = hc_pre.source("probe", LLAMA_SITE)
-    types = {n: "*fp32" for n in ("x_ptr", "base_ptr", "scale_ptr", "post_ptr", "comb_ptr",
-                                  "part_ptr")}
-    types |= {"fn_ptr": "*bf16", "y_ptr": "*bf16", "count_ptr": "*i32"}
-    types |= {n: "i32" for n in hc_pre.signature(LLAMA_SITE) if not n.endswith("_ptr")}
-    k = _sm90(tmp_path, source, hc_pre.kernel_names("probe")[-1], types, {}, hc_pre.SWEEP_WARPS,
-              hc_pre.PROJ_STAGES, ("sx_row", "sx_stream", "s_fn", "sy_row"))
-    assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0 and k["async_copies"] > 0, k
-    print(k)

@@ -52,10 +52,8 @@ MAX_SPLITS = 128
 SPLIT_BLOCK = MAX_SPLITS  # splits whose partials a finish sums per load: all in one round
 ROW_TILE = 16384  # X elements of one row a finish loads at once
 FINISH_WARPS = 16  # ROW_TILE / 512 threads = 32 registers each
-GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows (the sweep's: BLOCK_T),
-# splits summed at once
+GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
 APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
-SWEEP_WARPS = 8  # the sweep's finishing program holds a D = 4096 row in 64 registers a thread
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
 # at 16 (Sinkhorn's reductions cross fewer warps; it is 2.2 us of the 9.25)
 
@@ -85,10 +83,8 @@ class HCPreSpec:
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
-    """(one-launch, projection, finish, gates, apply, sweep kernels) defined by source(name,
-    ...)."""
-    return (name, f"{name}_proj", f"{name}_finish", f"{name}_gates", f"{name}_apply",
-            f"{name}_sweep")
+    """(one-launch, projection, finish, gates, apply kernels) defined by source(name, ...)."""
+    return name, f"{name}_proj", f"{name}_finish", f"{name}_gates", f"{name}_apply"
 
 
 def _blocks(spec: HCPreSpec) -> dict[str, int]:
@@ -148,22 +144,20 @@ def _partials_source() -> str:
     head, tail = runtime_loop("b", "b_lo", "b_hi", "1", " " * 4)
     return f'''
 @triton.jit
-def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, blk,
-              split, D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SQ: tl.constexpr):
-    """Split `split`'s K blocks of m = X_flat @ fn^T for row block `blk` (BLOCK_T rows), to the
-    scratch, with their sum(x^2) in column J when SQ. A block lies in one stream, so its
-    columns are contiguous (vector loads) at a scalar offset."""
-    t = blk * BLOCK_T + tl.arange(0, BLOCK_T)
+def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
+              D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
+              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
+    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
     j = tl.arange(0, JP)
     kk = tl.arange(0, BLOCK_K)
     KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
-    b_lo = split * kb_split
+    b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0
-    sq = tl.zeros((BLOCK_T,), tl.float32)
 {head}        i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
         cmask = c < D
@@ -171,11 +165,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-        if SQ:
-            sq += tl.sum(x * x, axis=1)
-{indent_block(dot, 8)}{tail}    if SQ:
-        acc = tl.where(j[None, :] == J, sq[:, None], acc)
-    part = part_ptr + (split * rows_pad + t64)[:, None] * JP
+{indent_block(dot, 8)}{tail}    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 '''
 
@@ -299,16 +289,16 @@ def gates_args(spec: HCPreSpec) -> list[str]:
 
 
 def _gates_body(spec: HCPreSpec) -> str:
-    """The post and comb gates of the RB rows from t0: their partials summed over the splits
-    SG at a time as one flat tile (a block's rows are contiguous in a split) into scratch
-    split `splits`, then gathered by kind; sum(x^2) as the apply parked it (after the
-    apply), or in the partials' column J (SWEEP); Sinkhorn cell by cell, each cell an [RB]
-    vector."""
+    """A wide step's post and comb gates for RB rows, after the apply: their partials summed
+    over the splits SG at a time as one flat tile (a block's rows are contiguous in a split)
+    into scratch split `splits`, then gathered by kind; sum(x^2) as the apply parked it;
+    Sinkhorn cell by cell, each cell an [RB] vector."""
     head, tail = runtime_loop("s0", "0", "splits", "SG", "")
     n = spec.n
     pick = "".join(f"l{a}{b} = tl.load(at + {2 * n + a * n + b}, mask=tmask, other=0.0) * rc "
                    f"+ tl.load(base_ptr + {2 * n + a * n + b})\n" for a, b in cells(n))
-    return f'''flat = tl.arange(0, RB * JP)
+    return f'''t0 = tl.program_id(0) * RB
+flat = tl.arange(0, RB * JP)
 fmask = flat < (rows - t0) * JP
 sg = tl.arange(0, SG)
 acc = tl.zeros((SG, RB * JP), tl.float32)
@@ -324,7 +314,7 @@ ii = tl.arange(0, NP)
 live = tmask[:, None] & (ii < N)[None, :]
 at = part_ptr + (splits * rows_pad + t64) * JP
 m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
-ss = tl.load(part_ptr + ((splits + 1 - SWEEP) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
+ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
 # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
 bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
@@ -335,10 +325,10 @@ rc = r * tl.load(scale_ptr + 2)
 
 
 def _apply_body(spec: HCPreSpec) -> str:
-    """One row's y: its pre gates from the summed partials and sum(x^2) (SWEEP: both in the
-    scratch already; else sum(x^2) from its streams, in registers when the row fits, else a
-    first pass, parked for the gates), then y = sum_i pre[i] * X[i] (its rms with out_eps),
-    the streams loaded one vector each, so y needs no reduction across streams."""
+    """A wide step's y for one row: sum(x^2) from its streams (in registers when the row fits,
+    else a first pass; parked for the gates), its pre gates from the summed partials, then
+    y = sum_i pre[i] * X[i] (its rms with out_eps), the streams loaded one vector each, so y
+    needs no reduction across streams."""
     whole = _blocks(spec)["BLOCK_Y"] >= spec.d
     xs = range(spec.n)
     load = "".join(f"x{i} = tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
@@ -356,24 +346,19 @@ def _apply_body(spec: HCPreSpec) -> str:
     again = "" if whole and spec.out_eps is not None else y
     store = _row_pass(again + scale + "tl.store(y_ptr + row * sy_row + d, "
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, load)
-    head, tail = runtime_loop("s0", "0", "splits", "SB", "    ")
+    head, tail = runtime_loop("s0", "0", "splits", "SB", "")
     gates = "".join(f"p{i} = tl.sum(tl.where(ii == {i}, pre, 0.0), axis=0)\n" for i in xs)
-    return f'''row = row.to(tl.int64)
+    return f'''row = tl.program_id(0).to(tl.int64)
 dd = tl.arange(0, BLOCK_Y)
 x_row = x_ptr + row * sx_row
-{"d = dd" + chr(10) + load if whole else ""}ii = tl.arange(0, NP)
-if SWEEP:
-    at = part_ptr + (splits * rows_pad + row) * JP
-    m = tl.load(at + ii, mask=ii < N, other=0.0)
-    ss = tl.load(at + J)
-else:
-{indent_block(sq, 4)}    sb = tl.arange(0, SB)
-    m = tl.zeros((NP,), tl.float32)
-{head}        s = s0 + sb
-        m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + ii[None, :],
-                            mask=(s < splits)[:, None] & (ii < N)[None, :], other=0.0,
-                            cache_modifier=".cg"), axis=0)
-{tail}    tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)
+{"d = dd" + chr(10) + load if whole else ""}{sq}ii = tl.arange(0, NP)
+sb = tl.arange(0, SB)
+m = tl.zeros((NP,), tl.float32)
+{head}    s = s0 + sb
+    m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + ii[None, :],
+                        mask=(s < splits)[:, None] & (ii < N)[None, :], other=0.0,
+                        cache_modifier=".cg"), axis=0)
+{tail}tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)
 # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
 pre = tl.sigmoid(m * r * tl.load(scale_ptr) + tl.load(base_ptr + ii, mask=ii < N, other=0.0))
@@ -381,67 +366,40 @@ pre += HC_EPS
 {gates}{norm}{store}'''
 
 
-def _helpers_source(spec: HCPreSpec) -> str:
-    """`_gates_rows` and `_apply_row`: a wide step's gates and y, as the gates and apply kernels
-    run them one block or row a program and the sweep kernel runs them in its finishing one."""
-    names = signature(spec) + [c.split(":")[0] for c in _constexprs(spec)]
-    names += ["OUT_EPS"] * (spec.out_eps is not None) + ["SWEEP"]
-    params = [p if p.endswith("_ptr") or p in _SIG else f"{p}: tl.constexpr" for p in names]
-    return f'''
-@triton.jit
-{wrap("def _gates_rows(", ["t0"] + params, "):", 4)}
-    """Post and comb of the RB rows from t0 (`_gates_body`)."""
-{indent_block(_gates_body(spec), 4)}
-
-@triton.jit
-{wrap("def _apply_row(", ["row"] + params, "):", 4)}
-    """One row's y (`_apply_body`)."""
-{indent_block(_apply_body(spec), 4)}'''
-
-
-def _helper_call(helper: str, at: str, spec: HCPreSpec, sweep: int, indent: int) -> str:
-    names = signature(spec) + [c.split(":")[0] for c in _constexprs(spec)]
-    names += ["OUT_EPS"] * (spec.out_eps is not None) + [str(sweep)]
-    return wrap(" " * indent + f"{helper}(", [at] + names, ")", indent + len(helper) + 1)
-
-
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
-    fused, proj, finish, gates, apply, sweep = kernel_names(name)
+    fused, proj, finish, gates, apply = kernel_names(name)
     consts = _constexprs(spec)
     out_eps = [] if spec.out_eps is None else [f"OUT_EPS: tl.constexpr = {spec.out_eps!r}"]
     params = signature(spec) + consts + out_eps
-    part_args = ("x_ptr fn_ptr part_ptr rows rows_pad kb_split sx_row sx_stream s_fn blk split D N "
-                 "J JP BLOCK_T BLOCK_K").split()
+    part_args = ("x_ptr fn_ptr part_ptr rows rows_pad kb_split sx_row sx_stream s_fn D N J JP "
+                 "BLOCK_T BLOCK_K").split()
     wide_args = [a if a != "BLOCK_T" else "BLOCK_P" for a in part_args]
     runtime = ("x_ptr base_ptr scale_ptr y_ptr post_ptr comb_ptr part_ptr rows_pad splits "
                "sx_row sx_stream sy_row spost_row scomb_row scomb_i").split()
     row_consts = "N D J NP JP SB BLOCK_Y NORM_EPS HC_EPS ITERS".split() + ["OUT_EPS"][:len(out_eps)]
     row_args = runtime + ["ow_ptr"] * spec.out_weight + row_consts  # _finish_row's order
-    partials = wrap("    _partials(", part_args + ["False"], ")", 14)
-    wide = wrap("    _partials(", wide_args + ["False"], ")", 14)
-    swept = wrap("    _partials(", part_args + ["True"], ")", 14)
+    partials = wrap("    _partials(", part_args, ")", 14)
+    wide = wrap("    _partials(", wide_args, ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
     wait = pdl("    ")
-    grid2 = "    blk = tl.program_id(0)\n    split = tl.program_id(1)\n"
-    return f'''{_helpers_source(spec)}
-
+    return f'''
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {fused}(", signature(spec) + ["count_ptr"] + consts + out_eps, "):", 8)}
-{wait}{grid2}{partials}
+{wait}{partials}
     # every thread's partials are written before the ticket; the last ticket finishes the block
     tl.debug_barrier()
-    ticket = tl.atomic_add(count_ptr + blk, 1, sem="acq_rel")
+    ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
     if ticket == splits - 1:
         tl.debug_barrier()
-        tl.store(count_ptr + blk, 0)
-        n_live = tl.minimum(rows - blk * BLOCK_T, BLOCK_T)
-{rhead}{wrap("            _finish_row(", ["blk * BLOCK_T + r"] + row_args, ")", 24)}
+        tl.store(count_ptr + tl.program_id(0), 0)
+        n_live = tl.minimum(rows - tl.program_id(0) * BLOCK_T, BLOCK_T)
+{rhead}{wrap("            _finish_row(", ["tl.program_id(0) * BLOCK_T + r"] + row_args, ")", 24)}
 {rtail}
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {proj}(", params, "):", 8)}
-{wait}{grid2}{wide}
+{wait}{wide}
 
 
 @triton.jit(do_not_specialize={dns})
@@ -451,30 +409,11 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {gates}(", params, "):", 8)}
-{wait}{_helper_call("_gates_rows", "tl.program_id(0) * RB", spec, 0, 4)}
-
+{wait}{indent_block(_gates_body(spec), 4)}
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {apply}(", params, "):", 8)}
-{wait}{_helper_call("_apply_row", "tl.program_id(0)", spec, 0, 4)}
-
-
-@triton.jit(do_not_specialize={dns})
-{wrap(f"def {sweep}(", signature(spec) + ["count_ptr"] + consts + out_eps, "):", 8)}
-    """A wide step in one pass over X: the K splits of a row block run as consecutive
-    programs, and the block's last one reads its X rows again while they are in L2."""
-{wait}    blk = tl.program_id(0) // splits
-    split = tl.program_id(0) - blk * splits
-{swept}
-    tl.debug_barrier()
-    ticket = tl.atomic_add(count_ptr + blk, 1, sem="acq_rel")
-    if ticket == splits - 1:
-        tl.debug_barrier()
-        tl.store(count_ptr + blk, 0)
-{_helper_call("_gates_rows", "blk * RB", spec, 1, 8)}
-        n_live = tl.minimum(rows - blk * RB, RB)
-{rhead}{_helper_call("_apply_row", "blk * RB + r", spec, 1, 12)}
-{rtail}'''
+{wait}{indent_block(_apply_body(spec), 4)}'''
 
 
 def parts_name(name: str) -> str:
@@ -504,15 +443,11 @@ def source(name: str, spec: HCPreSpec, header: str = "") -> str:
 def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]:
     """(rows a projection program, row blocks, rows_pad, K splits) of a launch: enough programs
     for ~4 per multiprocessor; a wide step's as many as fit on the GPU at once (one wave: a
-    second, partial wave would leave most multiprocessors idle while it runs), or with
-    CONFIG.hc_sweep_splits the sweep's BLOCK_T-row blocks of that many splits each."""
+    second, partial wave would leave most multiprocessors idle while it runs)."""
     wide = rows > WIDE_ROWS and not fused
-    k_blocks = spec.n * cdiv(spec.d, _blocks(spec)["BLOCK_K"])
-    if wide and CONFIG.hc_sweep_splits:
-        blocks = cdiv(rows, BLOCK_T)
-        return BLOCK_T, blocks, blocks * BLOCK_T, min(k_blocks, CONFIG.hc_sweep_splits)
     block = PROJ_ROWS if wide else BLOCK_T
     blocks = cdiv(rows, block)
+    k_blocks = spec.n * cdiv(spec.d, _blocks(spec)["BLOCK_K"])
     programs = PROJ_RESIDENT * SMS // blocks if wide else cdiv(4 * SMS, blocks)
     return block, blocks, blocks * block, max(1, min(k_blocks, MAX_SPLITS, programs))
 
@@ -574,17 +509,16 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
            part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool,
            ow: torch.Tensor | None = None) -> None:
-    """kernels: the six of kernel_names(name), loaded; part, count: from scratch(spec, >=
+    """kernels: the five of kernel_names(name), loaded; part, count: from scratch(spec, >=
     rows). fused: one launch whose last program per row block finishes its rows in turn (the
     faster form for one row), else the projection and a finish program per row, or above
-    WIDE_ROWS rows the projection, an apply program per row and gates over row blocks (with
-    CONFIG.hc_sweep_splits: the sweep, one launch).
+    WIDE_ROWS rows the projection, an apply program per row and gates over row blocks.
     ow: the site norm's weight [D] (spec.out_weight)."""
     _check(spec, rows, x=x, fn=fn, base=base, scale=scale, y=y, post=post, comb=comb)
     check_weight(spec, ow)
     if rows == 0:
         return
-    one, proj, finish, gates, apply, sweep = kernels
+    one, proj, finish, gates, apply = kernels
     b = _blocks(spec)
     block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
     need = (nsplit + 2) * rows_pad * b["JP"]
@@ -598,9 +532,6 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
             comb.stride(1)) + ((ow,) if spec.out_weight else ())
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
-        return
-    if rows > WIDE_ROWS and CONFIG.hc_sweep_splits:
-        sweep[(row_blocks * nsplit,)](*args, count, num_warps=SWEEP_WARPS, num_stages=PROJ_STAGES)
         return
     proj[(row_blocks, nsplit)](*args, BLOCK_P=block, num_warps=PROJ_WARPS, num_stages=PROJ_STAGES)
     if block == BLOCK_T:

@@ -13,22 +13,20 @@ import triton.language as tl
 
 
 @triton.jit
-def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, blk,
-              split, D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SQ: tl.constexpr):
-    """Split `split`'s K blocks of m = X_flat @ fn^T for row block `blk` (BLOCK_T rows), to the
-    scratch, with their sum(x^2) in column J when SQ. A block lies in one stream, so its
-    columns are contiguous (vector loads) at a scalar offset."""
-    t = blk * BLOCK_T + tl.arange(0, BLOCK_T)
+def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
+              D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
+              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
+    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
     j = tl.arange(0, JP)
     kk = tl.arange(0, BLOCK_K)
     KB: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K  # blocks per stream
-    b_lo = split * kb_split
+    b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0
-    sq = tl.zeros((BLOCK_T,), tl.float32)
     for b in range(b_lo, b_hi, 1):
         i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
@@ -37,8 +35,6 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-        if SQ:
-            sq += tl.sum(x * x, axis=1)
         wt = tl.trans(w)
         if fn_ptr.dtype.element_ty == tl.bfloat16:
             x_hi = x.to(tl.bfloat16)
@@ -46,9 +42,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
             acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
         else:
             acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
-    if SQ:
-        acc = tl.where(j[None, :] == J, sq[:, None], acc)
-    part = part_ptr + (split * rows_pad + t64)[:, None] * JP
+    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 
 
@@ -234,14 +228,72 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
     tl.store(cz + 3 * scomb_i + 3, c33)
 
 
-@triton.jit
-def _gates_rows(t0, x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows,
-    rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row, scomb_i,
-    N: tl.constexpr, D: tl.constexpr, J: tl.constexpr, NP: tl.constexpr, JP: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_Y: tl.constexpr,
-    SB: tl.constexpr, RB: tl.constexpr, SG: tl.constexpr, NORM_EPS: tl.constexpr,
-    HC_EPS: tl.constexpr, ITERS: tl.constexpr, OUT_EPS: tl.constexpr, SWEEP: tl.constexpr):
-    """Post and comb of the RB rows from t0 (`_gates_body`)."""
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k05_hc_pre_l0_hc_ffn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
+        rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row,
+        scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
+              JP, BLOCK_T, BLOCK_K)
+    # every thread's partials are written before the ticket; the last ticket finishes the block
+    tl.debug_barrier()
+    ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
+    if ticket == splits - 1:
+        tl.debug_barrier()
+        tl.store(count_ptr + tl.program_id(0), 0)
+        n_live = tl.minimum(rows - tl.program_id(0) * BLOCK_T, BLOCK_T)
+        for r in range(0, n_live, 1):
+            _finish_row(tl.program_id(0) * BLOCK_T + r, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr,
+                        comb_ptr, part_ptr, rows_pad, splits, sx_row, sx_stream, sy_row, spost_row,
+                        scomb_row, scomb_i, N, D, J, NP, JP, SB, BLOCK_Y, NORM_EPS, HC_EPS, ITERS,
+                        OUT_EPS)
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k05_hc_pre_l0_hc_ffn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
+              JP, BLOCK_P, BLOCK_K)
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k05_hc_pre_l0_hc_ffn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    _finish_row(tl.program_id(0), x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
+                rows_pad, splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i, N, D, J,
+                NP, JP, SB, BLOCK_Y, NORM_EPS, HC_EPS, ITERS, OUT_EPS)
+
+
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k05_hc_pre_l0_hc_ffn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    t0 = tl.program_id(0) * RB
     flat = tl.arange(0, RB * JP)
     fmask = flat < (rows - t0) * JP
     sg = tl.arange(0, SG)
@@ -259,7 +311,7 @@ def _gates_rows(t0, x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_pt
     live = tmask[:, None] & (ii < N)[None, :]
     at = part_ptr + (splits * rows_pad + t64) * JP
     m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
-    ss = tl.load(part_ptr + ((splits + 1 - SWEEP) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
+    ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
     # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
     r = tl.rsqrt(ss / (N * D) + NORM_EPS)
     bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
@@ -401,15 +453,17 @@ def _gates_rows(t0, x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_pt
     tl.store(comb_ptr + t64 * scomb_row + 3 * scomb_i + 3, c33, mask=tmask)
 
 
-@triton.jit
-def _apply_row(row, x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows,
-    rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row, scomb_i,
-    N: tl.constexpr, D: tl.constexpr, J: tl.constexpr, NP: tl.constexpr, JP: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_Y: tl.constexpr,
-    SB: tl.constexpr, RB: tl.constexpr, SG: tl.constexpr, NORM_EPS: tl.constexpr,
-    HC_EPS: tl.constexpr, ITERS: tl.constexpr, OUT_EPS: tl.constexpr, SWEEP: tl.constexpr):
-    """One row's y (`_apply_body`)."""
-    row = row.to(tl.int64)
+@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
+def k05_hc_pre_l0_hc_ffn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
+        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
+        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
+        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
+        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
+        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
+        OUT_EPS: tl.constexpr = 1e-05):
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    row = tl.program_id(0).to(tl.int64)
     dd = tl.arange(0, BLOCK_Y)
     x_row = x_ptr + row * sx_row
     d = dd
@@ -417,23 +471,18 @@ def _apply_row(row, x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_pt
     x1 = tl.load(x_row + 1 * sx_stream + d, mask=d < D, other=0.0)
     x2 = tl.load(x_row + 2 * sx_stream + d, mask=d < D, other=0.0)
     x3 = tl.load(x_row + 3 * sx_stream + d, mask=d < D, other=0.0)
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    sq += x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3
+    ss = tl.sum(sq, axis=0)
     ii = tl.arange(0, NP)
-    if SWEEP:
-        at = part_ptr + (splits * rows_pad + row) * JP
-        m = tl.load(at + ii, mask=ii < N, other=0.0)
-        ss = tl.load(at + J)
-    else:
-        sq = tl.zeros((BLOCK_Y,), tl.float32)
-        sq += x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3
-        ss = tl.sum(sq, axis=0)
-        sb = tl.arange(0, SB)
-        m = tl.zeros((NP,), tl.float32)
-        for s0 in range(0, splits, SB):
-            s = s0 + sb
-            m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + ii[None, :],
-                                mask=(s < splits)[:, None] & (ii < N)[None, :], other=0.0,
-                                cache_modifier=".cg"), axis=0)
-        tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)
+    sb = tl.arange(0, SB)
+    m = tl.zeros((NP,), tl.float32)
+    for s0 in range(0, splits, SB):
+        s = s0 + sb
+        m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + ii[None, :],
+                            mask=(s < splits)[:, None] & (ii < N)[None, :], other=0.0,
+                            cache_modifier=".cg"), axis=0)
+    tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)
     # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
     r = tl.rsqrt(ss / (N * D) + NORM_EPS)
     pre = tl.sigmoid(m * r * tl.load(scale_ptr) + tl.load(base_ptr + ii, mask=ii < N, other=0.0))
@@ -448,129 +497,6 @@ def _apply_row(row, x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_pt
     inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
     y = y * inv
     tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
-
-
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
-def k05_hc_pre_l0_hc_ffn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
-        rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row, scomb_row,
-        scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
-        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
-        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05):
-    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    blk = tl.program_id(0)
-    split = tl.program_id(1)
-    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, blk,
-              split, D, N, J, JP, BLOCK_T, BLOCK_K, False)
-    # every thread's partials are written before the ticket; the last ticket finishes the block
-    tl.debug_barrier()
-    ticket = tl.atomic_add(count_ptr + blk, 1, sem="acq_rel")
-    if ticket == splits - 1:
-        tl.debug_barrier()
-        tl.store(count_ptr + blk, 0)
-        n_live = tl.minimum(rows - blk * BLOCK_T, BLOCK_T)
-        for r in range(0, n_live, 1):
-            _finish_row(blk * BLOCK_T + r, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-                        part_ptr, rows_pad, splits, sx_row, sx_stream, sy_row, spost_row, scomb_row,
-                        scomb_i, N, D, J, NP, JP, SB, BLOCK_Y, NORM_EPS, HC_EPS, ITERS, OUT_EPS)
-
-
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
-def k05_hc_pre_l0_hc_ffn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
-        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
-        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
-        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05):
-    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    blk = tl.program_id(0)
-    split = tl.program_id(1)
-    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, blk,
-              split, D, N, J, JP, BLOCK_P, BLOCK_K, False)
-
-
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
-def k05_hc_pre_l0_hc_ffn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
-        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
-        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
-        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05):
-    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    _finish_row(tl.program_id(0), x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
-                rows_pad, splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i, N, D, J,
-                NP, JP, SB, BLOCK_Y, NORM_EPS, HC_EPS, ITERS, OUT_EPS)
-
-
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
-def k05_hc_pre_l0_hc_ffn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
-        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
-        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
-        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05):
-    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    _gates_rows(tl.program_id(0) * RB, x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr,
-                comb_ptr, part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn,
-                sy_row, spost_row, scomb_row, scomb_i, N, D, J, NP, JP, BLOCK_T, BLOCK_P, BLOCK_K,
-                BLOCK_Y, SB, RB, SG, NORM_EPS, HC_EPS, ITERS, OUT_EPS, 0)
-
-
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
-def k05_hc_pre_l0_hc_ffn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
-        scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
-        NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
-        BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
-        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05):
-    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    _apply_row(tl.program_id(0), x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-               part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row,
-               spost_row, scomb_row, scomb_i, N, D, J, NP, JP, BLOCK_T, BLOCK_P, BLOCK_K, BLOCK_Y,
-               SB, RB, SG, NORM_EPS, HC_EPS, ITERS, OUT_EPS, 0)
-
-
-@triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
-def k05_hc_pre_l0_hc_ffn_fn_sweep(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-        part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
-        scomb_row, scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64,
-        J: tl.constexpr = 24, NP: tl.constexpr = 4, JP: tl.constexpr = 32,
-        BLOCK_T: tl.constexpr = 16, BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64,
-        BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 128, RB: tl.constexpr = 16,
-        SG: tl.constexpr = 16, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
-        ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
-    """A wide step in one pass over X: the K splits of a row block run as consecutive
-    programs, and the block's last one reads its X rows again while they are in L2."""
-    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    blk = tl.program_id(0) // splits
-    split = tl.program_id(0) - blk * splits
-    _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, blk,
-              split, D, N, J, JP, BLOCK_T, BLOCK_K, True)
-    tl.debug_barrier()
-    ticket = tl.atomic_add(count_ptr + blk, 1, sem="acq_rel")
-    if ticket == splits - 1:
-        tl.debug_barrier()
-        tl.store(count_ptr + blk, 0)
-        _gates_rows(blk * RB, x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-                    part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row,
-                    spost_row, scomb_row, scomb_i, N, D, J, NP, JP, BLOCK_T, BLOCK_P, BLOCK_K,
-                    BLOCK_Y, SB, RB, SG, NORM_EPS, HC_EPS, ITERS, OUT_EPS, 1)
-        n_live = tl.minimum(rows - blk * RB, RB)
-        for r in range(0, n_live, 1):
-            _apply_row(blk * RB + r, x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
-                       part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row,
-                       spost_row, scomb_row, scomb_i, N, D, J, NP, JP, BLOCK_T, BLOCK_P, BLOCK_K,
-                       BLOCK_Y, SB, RB, SG, NORM_EPS, HC_EPS, ITERS, OUT_EPS, 1)
 
 
 @triton.jit
