@@ -173,8 +173,19 @@ def targets(rec: dict) -> list[str]:
         if value is not None:
             met = value >= bound if least else value <= bound
             lines.append(f"  {name}: {key} {value:.3f} (target {'>=' if least else '<='} "
-                         f"{bound:g}): {'met' if met else 'MISSED'}")
+                         f"{bound:g}): {'met' if met else 'MISSED'}"
+                         + ("" if met else _ceiling(by[name], key, value, bound)))
     return ["\n".join(["targets (issues 4-8)"] + lines) + "\n"] if lines else []
+
+
+def _ceiling(r: dict, key: str, value: float, bound: float) -> str:
+    """For a missed speedup: the most this card allows, the step at 100% of the measured limit
+    (the baseline's time over the limit's floor), when even that falls short of the bound."""
+    frac = r.get("fraction_of_limit")
+    if not key.startswith("speedup.") or not frac:
+        return ""
+    most = value / frac
+    return f"; at the measured limit at most {most:.2f}x" if most < bound else ""
 
 
 def write_json(rec: dict, path: Path) -> None:

@@ -285,6 +285,10 @@ def test_table_reports_vs_b1_and_the_issue_targets():
     assert "decode b1 ctx32768: fraction_of_limit 0.650 (target >= 0.7): MISSED" in text
     # issue 4's: a dotted field reads the speedup over one baseline mode
     assert "decode b1 ctx1024: speedup.reduce-overhead 2.200 (target >= 2.5): MISSED" in text
+    # at 100% of the limit already, the card cannot reach 2.5x: the line says so
+    assert "MISSED; at the measured limit at most 2.20x" in text
+    results[0].work = 0.5  # at 50% of the limit the card would allow 4.4x: no such note
+    assert "at most" not in report.table(report.record(results, Limits(1e3, 1.0), _meta()))
     assert "decode b1 ctx1024: fraction_of_limit 1.000 (target >= 0.7): met" in text
     assert "ctx8192" not in text.split("targets (issues 4-8)")[1]
     assert report.targets(report.record(results[3:], Limits(1e3, 1.0), _meta())) == []
