@@ -246,3 +246,22 @@ def test_formed_site_parts_kernel_does_not_spill(tmp_path) -> None:
               ("sx_stream", "s_fn"))
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
     print(k)
+
+
+def test_apply_with_the_gates_keeps_two_programs_a_multiprocessor(tmp_path) -> None:
+    """hc_gates_in_apply at llama bench's site: the apply launch's programs (gates or a row, 16
+    warps) within 64 registers a thread, so two stay resident as without the gates, and the
+    projection that writes sum(x^2) does not spill."""
+    with overrides(interpret=False, hc_gates_in_apply=True):
+        source = hc_pre.source("probe", LLAMA_SITE)
+    types = {n: "*fp32" for n in ("x_ptr", "base_ptr", "scale_ptr", "post_ptr", "comb_ptr",
+                                  "part_ptr")}
+    types |= {"fn_ptr": "*bf16", "y_ptr": "*bf16"}
+    types |= {n: "i32" for n in hc_pre.signature(LLAMA_SITE) if not n.endswith("_ptr")}
+    strides = ("sx_row", "sx_stream", "s_fn", "sy_row")
+    apply = _sm90(tmp_path, source, "probe_apply", types, {}, hc_pre.APPLY_WARPS, 1, strides)
+    assert apply["registers"] <= 64 and apply["spill_bytes"] == 0, apply
+    proj = _sm90(tmp_path, source, "probe_proj", types, {}, hc_pre.PROJ_WARPS,
+                 hc_pre.PROJ_STAGES, strides)
+    assert proj["spill_bytes"] == 0 and proj["async_copies"] > 0, proj
+    print(apply, proj)
