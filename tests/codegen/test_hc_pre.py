@@ -207,6 +207,13 @@ def test_hc_pre_gates_in_apply(n: int, d: int, rows: int, out: str, monkeypatch)
         test_hc_pre(n, d, rows, 132, out, monkeypatch)
 
 
+@pytest.mark.parametrize("out", OUTS)
+def test_hc_pre_gates_in_apply_row_in_chunks(out: str, monkeypatch) -> None:
+    # a row wider than a register tile: the apply takes sum(x^2) from the partials, no pass
+    with overrides(hc_gates_in_apply=True):
+        test_hc_pre_row_in_chunks(out, 40, monkeypatch)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [600, 4096])
 @pytest.mark.parametrize("out", OUTS)

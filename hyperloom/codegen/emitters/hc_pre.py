@@ -333,7 +333,8 @@ rc = r * tl.load(scale_ptr + 2)
 
 def _apply_body(spec: HCPreSpec) -> str:
     """A wide step's y for one row: sum(x^2) from its streams (in registers when the row fits,
-    else a first pass; parked for the gates), its pre gates from the summed partials, then
+    else a first pass; parked for the gates), or with CONFIG.hc_gates_in_apply summed from the
+    projection's column J like the pre logits, its pre gates from the summed partials, then
     y = sum_i pre[i] * X[i] (its rms with out_eps), the streams loaded one vector each, so y
     needs no reduction across streams."""
     whole = _blocks(spec)["BLOCK_Y"] >= spec.d
@@ -355,9 +356,14 @@ def _apply_body(spec: HCPreSpec) -> str:
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, load)
     head, tail = runtime_loop("s0", "0", "splits", "SB", "")
     gates = "".join(f"p{i} = tl.sum(tl.where(ii == {i}, pre, 0.0), axis=0)\n" for i in xs)
-    park = ("" if CONFIG.hc_gates_in_apply
-            else "tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)\n")
-    first = "tl.program_id(0)" + (" - tl.cdiv(rows, RB)" if CONFIG.hc_gates_in_apply else "")
+    gia = CONFIG.hc_gates_in_apply
+    if gia:  # the projection summed x^2 already: no pass over X for it
+        sq = "sv = tl.zeros((SB,), tl.float32)\n"
+    sv = ("    sv += tl.load(part_ptr + (s * rows_pad + row) * JP + J, mask=s < splits, "
+          "other=0.0,\n                  cache_modifier=\".cg\")\n") if gia else ""
+    ss = ("ss = tl.sum(sv, axis=0)\n" if gia
+          else "tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)\n")
+    first = "tl.program_id(0)" + (" - tl.cdiv(rows, RB)" if gia else "")
     return f'''row = ({first}).to(tl.int64)
 dd = tl.arange(0, BLOCK_Y)
 x_row = x_ptr + row * sx_row
@@ -368,7 +374,7 @@ m = tl.zeros((NP,), tl.float32)
     m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + ii[None, :],
                         mask=(s < splits)[:, None] & (ii < N)[None, :], other=0.0,
                         cache_modifier=".cg"), axis=0)
-{tail}{park}# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+{sv}{tail}{ss}# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
 pre = tl.sigmoid(m * r * tl.load(scale_ptr) + tl.load(base_ptr + ii, mask=ii < N, other=0.0))
 pre += HC_EPS
