@@ -32,7 +32,10 @@ INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
 APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of its own
 GEMV_ROWS = 16  # the most rows a GEMM takes its GEMV tiling for
-HC_WIDE_ROWS = 512  # above this many rows hc_pre's finish is gates + apply (emitters.hc_pre)
+# above this many rows hc_pre's finish is gates + apply (emitters.hc_pre); on Triton's
+# interpreter, whose cost is its programs' ops, from two rows: a finish program runs a row's
+# whole Sinkhorn, a gates program 16 rows' at once (GLM tiny's 16-row prefill: 61 -> 45 s)
+HC_WIDE_ROWS = 1 if CONFIG.interpret else 512
 KDA_CHUNKED_ROWS = 32  # a step whose longest run has this many rows takes the chunked KDA form
 KDA_CHUNK_LAUNCHES = 6  # its kernels (emitters.kda_chunk.kernel_names)
 KDA_CONV_SERIAL_ROWS = 16  # up to this many rows a sequence the KDA conv walks each run

@@ -1,6 +1,7 @@
-"""Cache semantics of the reference engine: however a sequence's tokens are split into steps,
-batched with other sequences, rolled back or placed in a reused slot, its logits are the ones a
-single fresh prefill gives. Random token ids, seeded random weights, fp32 unless stated."""
+"""Cache semantics of both engines: however a sequence's tokens are split into steps, batched
+with other sequences, rolled back or placed in a reused slot, its logits are the ones a single
+fresh prefill (or prefill and decode) of the reference engine gives. Random token ids, seeded
+random weights, fp32 unless stated."""
 
 from __future__ import annotations
 
@@ -67,8 +68,14 @@ def m(request: pytest.FixtureRequest) -> Setup:
     return setup(*request.param)
 
 
+def oracle(m: Setup) -> Setup:
+    """The reference backend on the same spec and weights: every backend's oracle (the compiled
+    engine on the interpreter costs seconds a step; the reference, milliseconds)."""
+    return dataclasses.replace(m, backend="reference")
+
+
 def alone(m: Setup, prompt: torch.Tensor, cont: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Oracle: a fresh engine, prefill the prompt, then decode `cont` one token at a time."""
+    """A fresh engine, prefill the prompt, then decode `cont` one token at a time."""
     eng = m.engine()
     s = eng.new_sequence()
     return (eng.prefill(s, prompt), *(eng.decode([s], [t])[0] for t in cont.tolist()))
@@ -101,7 +108,7 @@ def test_dsa_selection_is_sparse() -> None:
 
 def test_decode_matches_prefill(m: Setup) -> None:
     ids = m.tokens(N + 3, seed=1)
-    eng = m.engine()
+    eng = oracle(m).engine()
     want = eng.prefill(eng.new_sequence(), ids)
     prompt, *steps = alone(m, ids[:N], ids[N:])
     assert_close(prompt, want[:N], F32, "prompt rows")
@@ -111,8 +118,9 @@ def test_decode_matches_prefill(m: Setup) -> None:
 
 def check_chunks(m: Setup, chunks: tuple[int, ...]) -> None:
     ids = m.tokens(sum(chunks), seed=2)
+    ref = oracle(m).engine()
+    want = ref.prefill(ref.new_sequence(), ids)
     eng = m.engine()
-    want = eng.prefill(eng.new_sequence(), ids)
     s = eng.new_sequence()
     got = torch.cat([eng.prefill(s, part) for part in ids.split(list(chunks))])
     assert s.length == len(ids)
@@ -146,7 +154,7 @@ def test_first_draft_shorter_than_a_pool() -> None:
 def test_interleaved_sequences(m: Setup) -> None:
     pa, pb = m.tokens(N - 2, seed=3), m.tokens(N + 1, seed=4)
     ca, cb = m.tokens(3, seed=5), m.tokens(3, seed=6)
-    want_a, want_b = alone(m, pa, ca), alone(m, pb, cb)
+    want_a, want_b = alone(oracle(m), pa, ca), alone(oracle(m), pb, cb)
     eng = m.engine()
     a, b = eng.new_sequence(), eng.new_sequence()
     got_a, got_b = [eng.prefill(a, pa)], [eng.prefill(b, pb)]
@@ -175,8 +183,8 @@ def test_free_then_new_sequence_starts_clean(m: Setup) -> None:
     c = eng.new_sequence()
     assert c.slot == a.slot and c.length == 0
     # c is shorter than a was: stale cache rows and a's fixed state must not leak in
-    assert_close(eng.prefill(c, pc), alone(m, pc, pc[:0])[0], F32, "reused slot")
-    want_b = alone(m, pb, cb)[1:]
+    assert_close(eng.prefill(c, pc), alone(oracle(m), pc, pc[:0])[0], F32, "reused slot")
+    want_b = alone(oracle(m), pb, cb)[1:]
     for i, t in enumerate(cb.tolist()):
         assert_close(eng.decode([b], [t])[0], want_b[i], F32, f"neighbour step {i}")
     with pytest.raises(InputError, match="freed"):
@@ -209,7 +217,7 @@ def test_rollback_then_other_tokens(m: Setup) -> None:
     for _ in range(2):  # one snapshot serves several rollbacks
         eng.prefill(s, x)  # crosses a kpool boundary
         eng.rollback(s, snap)
-    want = alone(m, prompt, y)[1:]
+    want = alone(oracle(m), prompt, y)[1:]
     for i, t in enumerate(y.tolist()):
         assert_close(eng.decode([s], [t])[0], want[i], F32, f"step {i} after rollback")
 

@@ -504,7 +504,7 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
     kernels leave the counters zeroed, so one pair serves every site in turn."""
     jp = _blocks(spec)["JP"]
     part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, sum(x^2)
-               for r in range(1, max_rows + 1, BLOCK_T) for fused in (True, False)
+               for r in (*range(1, max_rows + 1, BLOCK_T), max_rows) for fused in (True, False)
                for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
     return (torch.empty(part, dtype=torch.float32, device=device),
             torch.zeros(cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
