@@ -81,12 +81,17 @@ def test_moe_expert_variants_are_checked(tmp_path) -> None:
     assert got[wrong]["err"] > 0.1 and got[wrong]["vs_committed"] > 0.1, got[wrong]
 
 
-def test_moe_router_variants_are_checked(tmp_path) -> None:
-    """--router: each variant's ids and weights against the committed router's."""
+def test_moe_router_variants_are_checked(tmp_path, monkeypatch) -> None:
+    """--router: each variant's ids and weights against the committed router's, on its wide
+    tiles (from WIDE_ROWS rows: lowered to 128 here, 1024 took minutes on the interpreter)."""
+    from hyperloom.codegen.emitters import moe_router
+
+    monkeypatch.setattr(moe_router, "WIDE_ROWS", 128)
+    assert moe_router.WIDE_ROWS > moe_router.MID_ROWS  # 128 rows: the wide tiles
     same = _host_variant(tmp_path, "same", "moe_router", 'consts={"WIDE_SPLITS": 2}')
     wrong = _host_variant(tmp_path, "wrong", "moe_router",
                           'text=[("    ws = ws * ", "    ws = 2.0 * ws * ")]')
-    got = {r["variant"]: r for r in _sweep("moe_experts").main(["1024", "--router", "committed",
+    got = {r["variant"]: r for r in _sweep("moe_experts").main(["128", "--router", "committed",
                                                                  same, wrong])}
     assert got["committed"]["err"] == 0 and got[same]["vs_committed"] == 0, got
     assert got[wrong]["err"] > 0.5, got[wrong]
