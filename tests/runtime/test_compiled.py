@@ -242,8 +242,9 @@ def test_plan_counts_hc_pre_launches():
     sites = [k for k in _plan("llama", "tiny-hc").plan.kernels if k.emitter == "hc_pre"]
     assert sites
     for k in sites:
-        assert all(k.launches_at(r) == 2 for r in (2, wide) if 1 < r <= wide)
-        assert k.launches_at(wide + 1) == k.launches_at(max(wide, 1) + 64) == 3
+        if wide >= 2:  # a GPU's rule; the interpreter takes gates + apply from two rows
+            assert k.launches_at(2) == k.launches_at(wide) == 2
+        assert k.launches_at(wide + 1) == k.launches_at(wide + 64) == 3
         assert k.launches_at(1) == (0 if k.folded else 1)
 
 

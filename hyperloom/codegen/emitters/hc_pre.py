@@ -342,9 +342,6 @@ def _apply_body(spec: HCPreSpec) -> str:
     load = "".join(f"x{i} = tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
                    for i in xs)
     y = "y = " + " + ".join(f"p{i} * x{i}" for i in xs) + "\n"
-    sq = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
-          + _row_pass("sq += " + " + ".join(f"x{i} * x{i}" for i in xs) + "\n", whole, load)
-          + "ss = tl.sum(sq, axis=0)\n")
     norm, scale = "", ""
     if spec.out_eps is not None:
         norm = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
@@ -356,14 +353,18 @@ def _apply_body(spec: HCPreSpec) -> str:
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, load)
     head, tail = runtime_loop("s0", "0", "splits", "SB", "")
     gates = "".join(f"p{i} = tl.sum(tl.where(ii == {i}, pre, 0.0), axis=0)\n" for i in xs)
-    gia = CONFIG.hc_gates_in_apply
-    if gia:  # the projection summed x^2 already: no pass over X for it
+    if CONFIG.hc_gates_in_apply:  # the projection summed x^2 in column J: no pass over X
+        first = "tl.program_id(0) - tl.cdiv(rows, RB)"  # after the gates' programs
         sq = "sv = tl.zeros((SB,), tl.float32)\n"
-    sv = ("    sv += tl.load(part_ptr + (s * rows_pad + row) * JP + J, mask=s < splits, "
-          "other=0.0,\n                  cache_modifier=\".cg\")\n") if gia else ""
-    ss = ("ss = tl.sum(sv, axis=0)\n" if gia
-          else "tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)\n")
-    first = "tl.program_id(0)" + (" - tl.cdiv(rows, RB)" if gia else "")
+        sv = ("    sv += tl.load(part_ptr + (s * rows_pad + row) * JP + J, mask=s < splits, "
+              "other=0.0,\n                  cache_modifier=\".cg\")\n")
+        ss = "ss = tl.sum(sv, axis=0)\n"
+    else:  # sum(x^2) from the row, parked for the gates
+        first, sv = "tl.program_id(0)", ""
+        sq = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
+              + _row_pass("sq += " + " + ".join(f"x{i} * x{i}" for i in xs) + "\n", whole, load)
+              + "ss = tl.sum(sq, axis=0)\n")
+        ss = "tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)\n"
     return f'''row = ({first}).to(tl.int64)
 dd = tl.arange(0, BLOCK_Y)
 x_row = x_ptr + row * sx_row
