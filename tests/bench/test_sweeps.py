@@ -156,7 +156,8 @@ def test_mla_prefill_variants_are_checked(tmp_path) -> None:
 
 def test_dsa_indexer_variants_are_checked(tmp_path) -> None:
     """bench/sweeps/dsa_indexer.py on the CPU (GLM tiny's indexer): the committed kernels pass
-    the bench's check; scores negated select other pools and are refused."""
+    the bench's check; scores negated select other pools and are refused, and so are scores
+    left unwritten past pool 8 (the sweep poisons the scratch an earlier run filled)."""
     from hyperloom.bench.scenarios import AgreementError
     module = _sweep("dsa_indexer")
     got = module.main(["committed", "--batch", "2"])
@@ -166,3 +167,8 @@ def test_dsa_indexer_variants_are_checked(tmp_path) -> None:
                           '"tl.store(sc_ptr + r * ssc + j, -sc, mask=jm)")]')
     with pytest.raises(AgreementError, match="selection"):
         module.main([wrong, "--batch", "2"])
+    short = _host_variant(tmp_path, "short", "dsa",
+                          'text=[("tl.store(sc_ptr + r * ssc + j, sc, mask=jm)", '
+                          '"tl.store(sc_ptr + r * ssc + j, sc, mask=jm & (j < 8))")]')
+    with pytest.raises(AgreementError, match="selection"):
+        module.main(["committed", short, "--batch", "2"])
