@@ -12,6 +12,7 @@ for v in false true; do
         --scenarios site --site-rows 4096 --no-compile-time --profile $base \
         --json "$OUT/site-$v.json" 2>&1 | grep -A8 "^mhc site" | head -9 | tee -a "$OUT/site.log"
 done
+[ -n "$SITE_ONLY" ] && exit 0  # SITE_ONLY=1: the tests and the site alone
 for v in false true; do
     timeout 100 python3 -m hyperloom.cli --set hc_gates_in_apply=$v bench llama --config bench \
         --scenarios prefill --no-compile --no-compile-time --profile 2>&1 \
