@@ -42,11 +42,6 @@ class Config:
         "help": "a formed site's GEMV takes each stream's lo part (what rounding it to the "
                 "weights' dtype left) as A rows beside its hi part: y to about 2^-16; off: "
                 "the hi parts alone (each stream rounded, as the stored y was), half the rows"})
-    hc_gates_in_apply: bool = field(default=False, metadata={
-        "help": "a wide hc_pre step (above 512 rows) runs its post and comb gates as the "
-                "first programs of its apply launch, beside the rows' y, on sum(x^2) that its "
-                "projection wrote (two launches, not three; the gates were 6.5 us after the "
-                "apply at 4096 rows on the H200)"})
     conv_gate: bool = field(default=True, metadata={
         "help": "a step of at most 16 rows runs each KDA layer's f_b GEMM and decay gate as "
                 "more programs of its conv's launch (both read only the front projections' "

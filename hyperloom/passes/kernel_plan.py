@@ -173,10 +173,9 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
     epilogue runs hc_post apart above APART_ROWS rows, and its gated norm prologue as a kernel of
     its own; attention runs split-KV decode (RoPE and KV write inside) or RoPE + KV write,
     then attend; hc_pre finishes 2 to HC_WIDE_ROWS rows in a second kernel, more in two (gates,
-    apply) or one (CONFIG.hc_gates_in_apply); routed experts count their pairs in a kernel of
-    its own past MOE_ROUTE_PAIRS; KDA takes its chunked kernels for a run of KDA_CHUNKED_ROWS
-    rows, and MLA its dense kernel for a run of MLA_DENSE_ROWS (both counted here by the step's
-    rows)."""
+    apply); routed experts count their pairs in a kernel of its own past MOE_ROUTE_PAIRS; KDA
+    takes its chunked kernels for a run of KDA_CHUNKED_ROWS rows, and MLA its dense kernel for a
+    run of MLA_DENSE_ROWS (both counted here by the step's rows)."""
     if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
             and types[node.args[0]].rank == 3:
         return ((None, 2),)
@@ -189,7 +188,7 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
     if emitter == "mla" and _dense_mla(node, types):
         return (MLA_DENSE_ROWS - 1, 3), (None, 4)
     if emitter == "hc_pre":
-        return (NARROW_ROWS, 1), (HC_WIDE_ROWS, 2), (None, 2 if CONFIG.hc_gates_in_apply else 3)
+        return (NARROW_ROWS, 1), (HC_WIDE_ROWS, 2), (None, 3)
     if emitter == "moe_experts":  # ids [T, top_k]
         return (MOE_ROUTE_PAIRS // int(types[node.args[2]].shape[1]), 4), (None, 5)
     narrow, wide = LAUNCHES.get(emitter, (1, 1))

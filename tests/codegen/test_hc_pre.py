@@ -13,8 +13,6 @@ import math
 import pytest
 import torch
 
-from hyperloom.config import overrides
-
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
 from hyperloom.codegen.emitters.hc_pre import HCPreSpec, kernel_names, launch, scratch, source
@@ -189,34 +187,3 @@ def test_hc_pre_gpu(rows: int, out: str, d: int) -> None:
     assert_rel(case.post[:rows], post, 1e-2, "post")
     assert_rel(case.comb[:rows], comb, 1e-2, "comb")
     case.untouched()
-
-
-@pytest.mark.parametrize("n,d", [(4, 300), (2, 200)])
-@pytest.mark.parametrize("rows", [33, 70])  # one and two gate blocks past WIDE (32) rows
-@pytest.mark.parametrize("out", OUTS)
-def test_hc_pre_gates_in_apply(n: int, d: int, rows: int, out: str, monkeypatch) -> None:
-    # hc_gates_in_apply: the gates run as the apply launch's first programs, on the
-    # projection's sum(x^2); the gates kernel is not launched
-    real = load
-
-    def no_gates(src, name, device):
-        return None if name.endswith("_gates") else real(src, name, device)
-    with overrides(hc_gates_in_apply=True):
-        assert "if tl.program_id(0) < tl.cdiv(rows, RB):" in source("k", _spec(n, d, out))
-        monkeypatch.setitem(globals(), "load", no_gates)  # a gates launch would fail
-        test_hc_pre(n, d, rows, 132, out, monkeypatch)
-
-
-@pytest.mark.parametrize("out", OUTS)
-def test_hc_pre_gates_in_apply_row_in_chunks(out: str, monkeypatch) -> None:
-    # a row wider than a register tile: the apply takes sum(x^2) from the partials, no pass
-    with overrides(hc_gates_in_apply=True):
-        test_hc_pre_row_in_chunks(out, 40, monkeypatch)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows", [600, 4096])
-@pytest.mark.parametrize("out", OUTS)
-def test_hc_pre_gates_in_apply_gpu(rows: int, out: str) -> None:
-    with overrides(hc_gates_in_apply=True):
-        test_hc_pre_gpu(rows, out, 4096)

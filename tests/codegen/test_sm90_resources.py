@@ -248,11 +248,10 @@ def test_formed_site_parts_kernel_does_not_spill(tmp_path) -> None:
     print(k)
 
 
-def test_apply_with_the_gates_keeps_two_programs_a_multiprocessor(tmp_path) -> None:
-    """hc_gates_in_apply at llama bench's site: the apply launch's programs (gates or a row, 16
-    warps) within 64 registers a thread, so two stay resident as without the gates, and the
-    projection that writes sum(x^2) does not spill."""
-    with overrides(interpret=False, hc_gates_in_apply=True):
+def test_wide_apply_keeps_two_programs_a_multiprocessor(tmp_path) -> None:
+    """A wide hc_pre at llama bench's site: the apply's programs (a row each, 16 warps) within
+    64 registers a thread, so two stay resident, and the projection pipelines without spills."""
+    with overrides(interpret=False):
         source = hc_pre.source("probe", LLAMA_SITE)
     types = {n: "*fp32" for n in ("x_ptr", "base_ptr", "scale_ptr", "post_ptr", "comb_ptr",
                                   "part_ptr")}

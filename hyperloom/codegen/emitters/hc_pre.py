@@ -146,10 +146,9 @@ def _partials_source() -> str:
 @triton.jit
 def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
               D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SQ: tl.constexpr):
-    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch, with
-    their sum(x^2) in column J when SQ. A block lies in one stream, so its columns are
-    contiguous (vector loads) at a scalar offset."""
+              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
+    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
@@ -159,7 +158,6 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0
-    sq = tl.zeros((BLOCK_T,), tl.float32)
 {head}        i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
         cmask = c < D
@@ -167,11 +165,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-        if SQ:
-            sq += tl.sum(x * x, axis=1)
-{indent_block(dot, 8)}{tail}    if SQ:
-        acc = tl.where(j[None, :] == J, sq[:, None], acc)
-    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
+{indent_block(dot, 8)}{tail}    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 '''
 
@@ -303,7 +297,6 @@ def _gates_body(spec: HCPreSpec) -> str:
     n = spec.n
     pick = "".join(f"l{a}{b} = tl.load(at + {2 * n + a * n + b}, mask=tmask, other=0.0) * rc "
                    f"+ tl.load(base_ptr + {2 * n + a * n + b})\n" for a, b in cells(n))
-    ss_at = "splits" if CONFIG.hc_gates_in_apply else "(splits + 1)"
     return f'''t0 = tl.program_id(0) * RB
 flat = tl.arange(0, RB * JP)
 fmask = flat < (rows - t0) * JP
@@ -321,7 +314,7 @@ ii = tl.arange(0, NP)
 live = tmask[:, None] & (ii < N)[None, :]
 at = part_ptr + (splits * rows_pad + t64) * JP
 m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
-ss = tl.load(part_ptr + ({ss_at} * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
+ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
 # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
 bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
@@ -333,8 +326,7 @@ rc = r * tl.load(scale_ptr + 2)
 
 def _apply_body(spec: HCPreSpec) -> str:
     """A wide step's y for one row: sum(x^2) from its streams (in registers when the row fits,
-    else a first pass; parked for the gates), or with CONFIG.hc_gates_in_apply summed from the
-    projection's column J like the pre logits, its pre gates from the summed partials, then
+    else a first pass; parked for the gates), its pre gates from the summed partials, then
     y = sum_i pre[i] * X[i] (its rms with out_eps), the streams loaded one vector each, so y
     needs no reduction across streams."""
     whole = _blocks(spec)["BLOCK_Y"] >= spec.d
@@ -342,6 +334,9 @@ def _apply_body(spec: HCPreSpec) -> str:
     load = "".join(f"x{i} = tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
                    for i in xs)
     y = "y = " + " + ".join(f"p{i} * x{i}" for i in xs) + "\n"
+    sq = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
+          + _row_pass("sq += " + " + ".join(f"x{i} * x{i}" for i in xs) + "\n", whole, load)
+          + "ss = tl.sum(sq, axis=0)\n")
     norm, scale = "", ""
     if spec.out_eps is not None:
         norm = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
@@ -353,19 +348,7 @@ def _apply_body(spec: HCPreSpec) -> str:
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, load)
     head, tail = runtime_loop("s0", "0", "splits", "SB", "")
     gates = "".join(f"p{i} = tl.sum(tl.where(ii == {i}, pre, 0.0), axis=0)\n" for i in xs)
-    if CONFIG.hc_gates_in_apply:  # the projection summed x^2 in column J: no pass over X
-        first = "tl.program_id(0) - tl.cdiv(rows, RB)"  # after the gates' programs
-        sq = "sv = tl.zeros((SB,), tl.float32)\n"
-        sv = ("    sv += tl.load(part_ptr + (s * rows_pad + row) * JP + J, mask=s < splits, "
-              "other=0.0,\n                  cache_modifier=\".cg\")\n")
-        ss = "ss = tl.sum(sv, axis=0)\n"
-    else:  # sum(x^2) from the row, parked for the gates
-        first, sv = "tl.program_id(0)", ""
-        sq = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
-              + _row_pass("sq += " + " + ".join(f"x{i} * x{i}" for i in xs) + "\n", whole, load)
-              + "ss = tl.sum(sq, axis=0)\n")
-        ss = "tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)\n"
-    return f'''row = ({first}).to(tl.int64)
+    return f'''row = tl.program_id(0).to(tl.int64)
 dd = tl.arange(0, BLOCK_Y)
 x_row = x_ptr + row * sx_row
 {"d = dd" + chr(10) + load if whole else ""}{sq}ii = tl.arange(0, NP)
@@ -375,7 +358,8 @@ m = tl.zeros((NP,), tl.float32)
     m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + ii[None, :],
                         mask=(s < splits)[:, None] & (ii < N)[None, :], other=0.0,
                         cache_modifier=".cg"), axis=0)
-{sv}{tail}{ss}# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+{tail}tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)
+# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
 r = tl.rsqrt(ss / (N * D) + NORM_EPS)
 pre = tl.sigmoid(m * r * tl.load(scale_ptr) + tl.load(base_ptr + ii, mask=ii < N, other=0.0))
 pre += HC_EPS
@@ -394,8 +378,8 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
                "sx_row sx_stream sy_row spost_row scomb_row scomb_i").split()
     row_consts = "N D J NP JP SB BLOCK_Y NORM_EPS HC_EPS ITERS".split() + ["OUT_EPS"][:len(out_eps)]
     row_args = runtime + ["ow_ptr"] * spec.out_weight + row_consts  # _finish_row's order
-    partials = wrap("    _partials(", part_args + ["False"], ")", 14)
-    wide = wrap("    _partials(", wide_args + [str(CONFIG.hc_gates_in_apply)], ")", 14)
+    partials = wrap("    _partials(", part_args, ")", 14)
+    wide = wrap("    _partials(", wide_args, ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
     wait = pdl("    ")
@@ -429,38 +413,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {apply}(", params, "):", 8)}
-{wait}{indent_block(_apply_kernel_body(spec), 4)}'''
-
-
-def _apply_kernel_body(spec: HCPreSpec) -> str:
-    """The apply kernel's body: a row a program, after cdiv(rows, RB) programs of gates when
-    CONFIG.hc_gates_in_apply (they take sum(x^2) from the projection's column J, so they need
-    nothing the apply writes, and run beside it instead of after it)."""
-    if not CONFIG.hc_gates_in_apply:
-        return _apply_body(spec)
-    names = _helper_names(spec)
-    return (f"if tl.program_id(0) < tl.cdiv(rows, RB):\n{wrap('    _gates_rows(', names, ')', 16)}"
-            f"\nelse:\n{wrap('    _apply_row(', names, ')', 15)}\n")
-
-
-def _helper_names(spec: HCPreSpec) -> list[str]:
-    """The kernels' parameters, runtime and constexpr, as `_helpers_source`'s take them."""
-    return (signature(spec) + [c.split(":")[0] for c in _constexprs(spec)]
-            + ["OUT_EPS"] * (spec.out_eps is not None))
-
-
-def _helpers_source(spec: HCPreSpec) -> str:
-    """With CONFIG.hc_gates_in_apply, the gates and the apply as jit functions: the two branches
-    of one kernel keep their own variables (an if's branches must agree on shared names)."""
-    if not CONFIG.hc_gates_in_apply:
-        return ""
-    sig = signature(spec)
-    params = [p if p in sig else f"{p}: tl.constexpr" for p in _helper_names(spec)]
-    return "".join(f'''
-@triton.jit
-{wrap(f"def {fn}(", params, "):", 4)}
-{indent_block(body, 4)}
-''' for fn, body in (("_gates_rows", _gates_body(spec)), ("_apply_row", _apply_body(spec))))
+{wait}{indent_block(_apply_body(spec), 4)}'''
 
 
 def parts_name(name: str) -> str:
@@ -483,8 +436,7 @@ def {parts_name(name)}(x_ptr, fn_ptr, part_ptr, parts_ptr, sx_stream, s_fn, BLOC
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
     return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
-            f"{_partials_source()}\n{finish_source(spec)}\n{_helpers_source(spec)}"
-            f"{_kernels_source(name, spec)}\n"
+            f"{_partials_source()}\n{finish_source(spec)}\n{_kernels_source(name, spec)}\n"
             f"{_parts_source(name, spec)}")
 
 
@@ -584,9 +536,6 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     proj[(row_blocks, nsplit)](*args, BLOCK_P=block, num_warps=PROJ_WARPS, num_stages=PROJ_STAGES)
     if block == BLOCK_T:
         finish[(rows,)](*args, num_warps=FINISH_WARPS)
-        return
-    if CONFIG.hc_gates_in_apply:
-        apply[(cdiv(rows, GATE_ROWS) + rows,)](*args, num_warps=APPLY_WARPS)
         return
     apply[(rows,)](*args, num_warps=APPLY_WARPS)
     gates[(cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)

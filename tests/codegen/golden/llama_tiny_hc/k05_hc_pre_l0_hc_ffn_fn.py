@@ -15,10 +15,9 @@ import triton.language as tl
 @triton.jit
 def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
               D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SQ: tl.constexpr):
-    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch, with
-    their sum(x^2) in column J when SQ. A block lies in one stream, so its columns are
-    contiguous (vector loads) at a scalar offset."""
+              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
+    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
@@ -28,7 +27,6 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0
-    sq = tl.zeros((BLOCK_T,), tl.float32)
     for b in range(b_lo, b_hi, 1):
         i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
@@ -37,8 +35,6 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-        if SQ:
-            sq += tl.sum(x * x, axis=1)
         wt = tl.trans(w)
         if fn_ptr.dtype.element_ty == tl.bfloat16:
             x_hi = x.to(tl.bfloat16)
@@ -46,8 +42,6 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
             acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
         else:
             acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
-    if SQ:
-        acc = tl.where(j[None, :] == J, sq[:, None], acc)
     part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 
@@ -245,7 +239,7 @@ def k05_hc_pre_l0_hc_ffn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
-              JP, BLOCK_T, BLOCK_K, False)
+              JP, BLOCK_T, BLOCK_K)
     # every thread's partials are written before the ticket; the last ticket finishes the block
     tl.debug_barrier()
     ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel")
@@ -271,7 +265,7 @@ def k05_hc_pre_l0_hc_ffn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
-              JP, BLOCK_P, BLOCK_K, False)
+              JP, BLOCK_P, BLOCK_K)
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
@@ -469,7 +463,7 @@ def k05_hc_pre_l0_hc_ffn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
         NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
         OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    row = (tl.program_id(0)).to(tl.int64)
+    row = tl.program_id(0).to(tl.int64)
     dd = tl.arange(0, BLOCK_Y)
     x_row = x_ptr + row * sx_row
     d = dd
