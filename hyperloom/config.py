@@ -28,6 +28,12 @@ class Config:
     pdl: bool = field(default=True, metadata={"help": "kernels wait on their predecessor grid "
                                                "(griddepcontrol) and launch as its programs "
                                                "exit (programmatic dependent launch, sm_90+)"})
+    pdl_trigger: bool = field(default=False, metadata={
+        "help": "with pdl, the decode GEMVs and the split attention let the next grid start "
+                "once their main loop is done (gdc_launch_dependents after the loop), so its "
+                "launch and prologue overlap this grid's epilogue and tail (a trigger at the "
+                "kernel's start lost 18% on the H200: every later grid's programs then "
+                "crowded the running one's multiprocessors)"})
     fold_sites: bool = field(default=True, metadata={
         "help": "a one-row decode step finishes each mHC site's hc_pre in the last program of "
                 "the GEMM whose hc_post epilogue wrote its streams (one launch a site fewer: "

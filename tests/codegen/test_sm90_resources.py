@@ -18,6 +18,7 @@ from hyperloom.codegen.emitters import hc_pre, kda, kda_chunk, kda_conv, matmul,
 from hyperloom.codegen.emitters.dsa import DSASpec
 from hyperloom.codegen.emitters.kda_gate import KDAGateSpec
 from hyperloom.codegen.emitters.mla import MLASpec
+from hyperloom.codegen.emitters.text import PDL_TRIGGER
 from hyperloom.config import overrides
 
 SM90_SHARED = 227 * 1024  # dynamic shared memory a block may take on Hopper
@@ -204,19 +205,22 @@ def test_shared_down_with_routed_addend_pipelines(rows: int, tmp_path) -> None:
 LLAMA_SITE = hc_pre.HCPreSpec(4, 4096, 1e-5, 1e-6, 20, 1e-5)  # llama bench's sites
 
 
+@pytest.mark.parametrize("trigger", [False, True])
 @pytest.mark.parametrize("kind", ["down", "gate_up", "q_k_v"])
-def test_formed_sites_pipeline_without_spills(kind: str, tmp_path) -> None:
+def test_formed_sites_pipeline_without_spills(kind: str, trigger: bool, tmp_path) -> None:
     """llama bench's one-row GEMVs around a formed site (form_sites): down with hc_post writing
     the next site's partials and stream parts, and the GEMVs that form a site's y from those
     parts (2n A rows, their Gram, one more program for the gates) as `matmul.launch` runs them:
-    the weight stream stays pipelined and nothing spills."""
+    the weight stream stays pipelined and nothing spills, with the next grid's launch trigger
+    after the K loop (pdl_trigger) too."""
     spec = {"down": matmul.MatmulSpec(12288, 4096, epilogue="hc_post", hc=4, site=LLAMA_SITE,
                                       site_parts=True),
             "gate_up": matmul.MatmulSpec(4096, 24576, epilogue="swiglu", site_in=LLAMA_SITE),
             "q_k_v": matmul.MatmulSpec(4096, 6144, site_in=LLAMA_SITE)}[kind]
     t = matmul.tiles(spec, 1)
-    with overrides(interpret=False):
+    with overrides(interpret=False, pdl_trigger=trigger):
         source = matmul.source("probe", spec)
+    assert (PDL_TRIGGER in source) == trigger
     ptrs = ("x_ptr", "w_ptr", "out_ptr", "parts_ptr", "stream_ptr", "post_ptr", "comb_ptr",
             "fn_ptr", "part_ptr", "base_ptr", "scale_ptr", "spost_ptr", "scomb_ptr")
     types = {p: "*bf16" if p in ("x_ptr", "w_ptr", "parts_ptr", "fn_ptr") else "*fp32"

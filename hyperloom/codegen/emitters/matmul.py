@@ -64,7 +64,7 @@ from hyperloom.codegen.emitters.matmul_spec import (  # noqa: F401 (API: the spe
     EPILOGUES, NORM_KERNEL, PROLOGUES, MatmulSpec)
 from hyperloom.codegen.emitters.gemv import site_block, site_programs  # noqa: F401 (API)
 from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
-from hyperloom.codegen.emitters.text import indented, pdl, wrap
+from hyperloom.codegen.emitters.text import indented, pdl, pdl_trigger, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
 from hyperloom.passes.kernel_plan import APART_ROWS, folds
@@ -329,12 +329,12 @@ def _form_result(spec: MatmulSpec) -> list[str]:
 
 
 def _gemm_kernel(name: str, spec: MatmulSpec) -> list[str]:
-    wait = pdl("").splitlines()
+    wait, done = pdl("").splitlines(), pdl_trigger("").splitlines()
     if spec.site_in:
         body = _setup(spec) + wait + _form_gates(spec) + _form_loads(spec) + _loop(spec) \
-            + _form_result(spec) + epilogue(spec)
+            + done + _form_result(spec) + epilogue(spec)
     else:
-        body = _setup(spec) + wait + _loop(spec) + epilogue(spec)
+        body = _setup(spec) + wait + _loop(spec) + done + epilogue(spec)
     return _signature(name, spec) + indented(body)
 
 

@@ -10,6 +10,7 @@ from hyperloom.config import CONFIG
 # form gained 0.6%; an explicit early trigger (gdc_launch_dependents) and GEMV weight
 # prefetches into L2 while waiting both lost 10 to 18%.
 PDL_WAIT = "tl.extra.cuda.gdc_wait()"
+PDL_TRIGGER = "tl.extra.cuda.gdc_launch_dependents()"
 
 
 def pdl(indent: str) -> str:
@@ -18,6 +19,14 @@ def pdl(indent: str) -> str:
     if CONFIG.interpret or not CONFIG.pdl:
         return ""
     return f"{indent}{PDL_WAIT}  # the previous grid's writes are visible\n"
+
+
+def pdl_trigger(indent: str) -> str:
+    """The line after a kernel's main loop that lets the next grid launch (CONFIG.pdl_trigger;
+    the next grid's own wait still holds it until this grid's writes are visible)."""
+    if CONFIG.interpret or not CONFIG.pdl or not CONFIG.pdl_trigger:
+        return ""
+    return f"{indent}{PDL_TRIGGER}  # the main loop is done: the next grid may launch\n"
 
 
 def pdl_if(indent: str, cond: str) -> str:

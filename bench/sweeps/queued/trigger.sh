@@ -1,0 +1,28 @@
+# pdl_trigger A/B (the next grid's launch trigger after the decode GEMVs' and the split
+# attention's main loops) beside HEAD's H200 runs, one device call a stage, from the repository
+# root with the wheels on PYTHONPATH (`kda-layer` wants fla); logs and records under $OUT.
+#   bash trigger.sh llama: bench decode + site against torch.compile at the defaults, then
+#                          decode with the trigger (eager baseline only)
+#   bash trigger.sh kda:   decode at the defaults again, then the KDA layer off / on
+bench() {  # NAME SECONDS ARGS... (knobs first: --set K=V)
+    local name=$1 limit=$2
+    shift 2
+    timeout "$limit" python3 -m hyperloom.cli "$@" --no-compile-time --profile \
+        --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
+    echo "== $name rc=$?"
+    grep -B2 -A14 -E "^(decode|site|kda)" "$OUT/$name.log" | head -60
+}
+case "$1" in
+    llama)
+        bench llama 300 bench llama --config bench --scenarios decode,site --ctx 1024 \
+            --site-rows 4096
+        bench llama-trigger 120 --set pdl_trigger=true bench llama --config bench \
+            --scenarios decode --ctx 1024 --no-compile ;;
+    kda)
+        bench llama-again 120 bench llama --config bench --scenarios decode --ctx 1024 \
+            --no-compile
+        bench kda 120 bench glm5next --config glm-5.3-flash --scenarios kda-layer --no-compile
+        bench kda-trigger 120 --set pdl_trigger=true bench glm5next --config glm-5.3-flash \
+            --scenarios kda-layer --no-compile ;;
+    *) echo "usage: trigger.sh llama|kda" >&2; exit 2 ;;
+esac
