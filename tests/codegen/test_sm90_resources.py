@@ -111,12 +111,14 @@ def test_mla_kernels_do_not_spill(kernel: str, consts: dict, warps: int, spills:
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] <= spills, k
 
 
-def test_kda_conv_with_its_gate_does_not_spill(tmp_path) -> None:
+@pytest.mark.parametrize("trigger", [False, True])
+def test_kda_conv_with_its_gate_does_not_spill(trigger: bool, tmp_path) -> None:
     """The run-walking conv carrying the f_b GEMM + decay gate at GLM-5.3-Flash's width (8192
-    channels a part, rank 128), as `kda_conv.launch` runs it at decode."""
+    channels a part, rank 128), as `kda_conv.launch` runs it at decode (with pdl_trigger too)."""
     spec = kda_conv.ConvSpec(8192, 4, gate=KDAGateSpec(64, 128, -5.0), rank=128)
-    with overrides(interpret=False):
+    with overrides(interpret=False, pdl_trigger=trigger):
         source = kda_conv.source("probe", spec)
+    assert (PDL_TRIGGER in source) == trigger
     types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "wq_ptr", "wk_ptr", "wv_ptr",
                                   "oq_ptr", "ok_ptr", "ov_ptr", "f_ptr", "wf_ptr")}
     types |= {"slot_ptr": "*i64", "win_ptr": "*fp32", "bias_ptr": "*fp32", "alog_ptr": "*fp32",
@@ -127,13 +129,16 @@ def test_kda_conv_with_its_gate_does_not_spill(tmp_path) -> None:
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
 
 
+@pytest.mark.parametrize("trigger", [False, True])
 @pytest.mark.parametrize("bv, warps", [(kda.FEW_BV, kda.FEW_WARPS), (kda.BV, 4)])
-def test_kda_recurrence_with_its_gated_norm_does_not_spill(bv: int, warps: int,
+def test_kda_recurrence_with_its_gated_norm_does_not_spill(bv: int, warps: int, trigger: bool,
                                                            tmp_path) -> None:
     """The decode recurrence carrying g_b's GEMM + gated norm (64 heads x 128, rank 128), at
-    one or two rows (16 state columns, 1 warp) and more (64 columns, 4 warps)."""
-    with overrides(interpret=False):
+    one or two rows (16 state columns, 1 warp) and more (64 columns, 4 warps), with
+    pdl_trigger too."""
+    with overrides(interpret=False, pdl_trigger=trigger):
         source = kda.source("probe", kda.KDASpec(64, 128, rank=128, eps=1e-5))
+    assert (PDL_TRIGGER in source) == trigger
     types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "g_ptr", "b_ptr", "o_ptr", "ga_ptr",
                                   "wg_ptr", "nw_ptr", "h_ptr")}
     types |= {"slot_ptr": "*i64", "state_ptr": "*fp32", "gs_ptr": "*fp32", "cnt_ptr": "*i32"}
@@ -240,8 +245,8 @@ def test_formed_sites_pipeline_without_spills(kind: str, trigger: bool, tmp_path
 
 def test_formed_site_parts_kernel_does_not_spill(tmp_path) -> None:
     """The first site's parts at one row (hc_pre's parts kernel, site_programs programs of
-    site_block columns) at llama bench's size."""
-    with overrides(interpret=False):
+    site_block columns) at llama bench's size, with pdl_trigger's trigger."""
+    with overrides(interpret=False, pdl_trigger=True):
         source = hc_pre.source("probe", LLAMA_SITE)
     types = {"x_ptr": "*fp32", "fn_ptr": "*bf16", "part_ptr": "*fp32", "parts_ptr": "*bf16",
              "sx_stream": "i32", "s_fn": "i32"}
