@@ -4,6 +4,7 @@
 #   bash trigger.sh llama: bench decode + site against torch.compile at the defaults, then
 #                          decode with the trigger (eager baseline only)
 #   bash trigger.sh kda:   decode at the defaults again, then the KDA layer off / on
+#   bash trigger.sh tests: the GPU tests of the engines (e2e, ir, models, runtime)
 bench() {  # NAME SECONDS ARGS... (knobs first: --set K=V)
     local name=$1 limit=$2
     shift 2
@@ -24,5 +25,10 @@ case "$1" in
         bench kda 120 bench glm5next --config glm-5.3-flash --scenarios kda-layer --no-compile
         bench kda-trigger 120 --set pdl_trigger=true bench glm5next --config glm-5.3-flash \
             --scenarios kda-layer --no-compile ;;
-    *) echo "usage: trigger.sh llama|kda" >&2; exit 2 ;;
+    tests)  # transformers' wheel alone on the path (test_glm_flash_gpu refuses fla)
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site2 \
+            .whl/transformers-*.whl
+        PYTHONPATH=/tmp/site2 timeout 560 python3 -m pytest -p no:xdist -o addopts=-ra -m gpu -q \
+            tests/e2e tests/ir tests/models tests/runtime 2>&1 | tail -25 | tee "$OUT/tests.log" ;;
+    *) echo "usage: trigger.sh llama|kda|tests" >&2; exit 2 ;;
 esac
