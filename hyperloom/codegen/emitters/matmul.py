@@ -260,7 +260,7 @@ def _norm_kernel(name: str, spec: MatmulSpec) -> list[str]:
     m = mean_i x[t, i], in h's dtype. Two passes over the row: sum(m^2) (accumulated elementwise,
     reduced once), then scale and store (the second pass reads x from cache: the first pass
     asks L2 to keep the row, the second lets it go)."""
-    body = [*pdl("").splitlines(),
+    body = [*pdl("").splitlines(), *pdl_trigger("").splitlines(),
             "t = tl.program_id(0).to(tl.int64)  # row offsets of big activations overflow int32",
             "x_row = x_ptr + t * sx_t", "h_row = h_ptr + t * sh_t", "rk = tl.arange(0, BLOCK_K)",
             "sq2 = tl.zeros([BLOCK_K], dtype=tl.float32)",
