@@ -3,8 +3,9 @@
 # root with the wheels on PYTHONPATH (`kda-layer` wants fla); logs and records under $OUT.
 #   bash trigger.sh llama: bench decode + site against torch.compile at the defaults, then
 #                          decode with the trigger (eager baseline only)
-#   bash trigger.sh kda:   decode at the defaults again, then the KDA layer off / on
-#   bash trigger.sh tests: the GPU tests of the engines (e2e, ir, models, runtime)
+#   bash trigger.sh kda:   the KDA layer off / on, llama decode at the defaults again, then the
+#                          engines' GPU tests for what is left of the call
+#   bash trigger.sh tests: the engines' GPU tests (runtime, e2e, ir, models)
 bench() {  # NAME SECONDS ARGS... (knobs first: --set K=V)
     local name=$1 limit=$2
     shift 2
@@ -13,6 +14,12 @@ bench() {  # NAME SECONDS ARGS... (knobs first: --set K=V)
     echo "== $name rc=$?"
     grep -B2 -A14 -E "^(decode|site|kda)" "$OUT/$name.log" | head -60
 }
+tests() {  # SECONDS: transformers' wheel alone on the path (test_glm_flash_gpu refuses fla)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site2 \
+        .whl/transformers-*.whl
+    PYTHONPATH=/tmp/site2 timeout "$1" python3 -m pytest -p no:xdist -o addopts=-ra -m gpu -q \
+        tests/runtime tests/e2e tests/ir tests/models 2>&1 | tail -25 | tee "$OUT/tests.log"
+}
 case "$1" in
     llama)
         bench llama 300 bench llama --config bench --scenarios decode,site --ctx 1024 \
@@ -20,15 +27,12 @@ case "$1" in
         bench llama-trigger 120 --set pdl_trigger=true bench llama --config bench \
             --scenarios decode --ctx 1024 --no-compile ;;
     kda)
-        bench llama-again 120 bench llama --config bench --scenarios decode --ctx 1024 \
-            --no-compile
         bench kda 120 bench glm5next --config glm-5.3-flash --scenarios kda-layer --no-compile
         bench kda-trigger 120 --set pdl_trigger=true bench glm5next --config glm-5.3-flash \
-            --scenarios kda-layer --no-compile ;;
-    tests)  # transformers' wheel alone on the path (test_glm_flash_gpu refuses fla)
-        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site2 \
-            .whl/transformers-*.whl
-        PYTHONPATH=/tmp/site2 timeout 560 python3 -m pytest -p no:xdist -o addopts=-ra -m gpu -q \
-            tests/e2e tests/ir tests/models tests/runtime 2>&1 | tail -25 | tee "$OUT/tests.log" ;;
+            --scenarios kda-layer --no-compile
+        bench llama-again 100 bench llama --config bench --scenarios decode --ctx 1024 \
+            --no-compile
+        tests 150 ;;
+    tests) tests 560 ;;
     *) echo "usage: trigger.sh llama|kda|tests" >&2; exit 2 ;;
 esac
