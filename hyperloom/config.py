@@ -28,14 +28,6 @@ class Config:
     pdl: bool = field(default=True, metadata={"help": "kernels wait on their predecessor grid "
                                                "(griddepcontrol) and launch as its programs "
                                                "exit (programmatic dependent launch, sm_90+)"})
-    pdl_trigger: bool = field(default=False, metadata={
-        "help": "with pdl, the decode GEMVs, the split attention and the KDA recurrence let "
-                "the next grid launch once their main loop is done (gdc_launch_dependents), "
-                "so its launch and prologue overlap this grid's epilogue and tail; one-wave "
-                "kernels with no loop (a formed site's parts, the KDA decode conv, the "
-                "embedding, the LM head's norm) trigger at their start, so the recurrence "
-                "after the conv loads its state under it (a trigger right after every "
-                "kernel's wait made decode 18% slower on the H200: BENCHMARKS)"})
     fold_sites: bool = field(default=True, metadata={
         "help": "a one-row decode step finishes each mHC site's hc_pre in the last program of "
                 "the GEMM whose hc_post epilogue wrote its streams (one launch a site fewer: "

@@ -18,7 +18,6 @@ from hyperloom.codegen.emitters import hc_pre, kda, kda_chunk, kda_conv, matmul,
 from hyperloom.codegen.emitters.dsa import DSASpec
 from hyperloom.codegen.emitters.kda_gate import KDAGateSpec
 from hyperloom.codegen.emitters.mla import MLASpec
-from hyperloom.codegen.emitters.text import PDL_TRIGGER
 from hyperloom.config import overrides
 
 SM90_SHARED = 227 * 1024  # dynamic shared memory a block may take on Hopper
@@ -111,14 +110,12 @@ def test_mla_kernels_do_not_spill(kernel: str, consts: dict, warps: int, spills:
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] <= spills, k
 
 
-@pytest.mark.parametrize("trigger", [False, True])
-def test_kda_conv_with_its_gate_does_not_spill(trigger: bool, tmp_path) -> None:
+def test_kda_conv_with_its_gate_does_not_spill(tmp_path) -> None:
     """The run-walking conv carrying the f_b GEMM + decay gate at GLM-5.3-Flash's width (8192
-    channels a part, rank 128), as `kda_conv.launch` runs it at decode (with pdl_trigger too)."""
+    channels a part, rank 128), as `kda_conv.launch` runs it at decode."""
     spec = kda_conv.ConvSpec(8192, 4, gate=KDAGateSpec(64, 128, -5.0), rank=128)
-    with overrides(interpret=False, pdl_trigger=trigger):
+    with overrides(interpret=False):
         source = kda_conv.source("probe", spec)
-    assert (PDL_TRIGGER in source) == trigger
     types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "wq_ptr", "wk_ptr", "wv_ptr",
                                   "oq_ptr", "ok_ptr", "ov_ptr", "f_ptr", "wf_ptr")}
     types |= {"slot_ptr": "*i64", "win_ptr": "*fp32", "bias_ptr": "*fp32", "alog_ptr": "*fp32",
@@ -129,16 +126,13 @@ def test_kda_conv_with_its_gate_does_not_spill(trigger: bool, tmp_path) -> None:
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
 
 
-@pytest.mark.parametrize("trigger", [False, True])
 @pytest.mark.parametrize("bv, warps", [(kda.FEW_BV, kda.FEW_WARPS), (kda.BV, 4)])
-def test_kda_recurrence_with_its_gated_norm_does_not_spill(bv: int, warps: int, trigger: bool,
+def test_kda_recurrence_with_its_gated_norm_does_not_spill(bv: int, warps: int,
                                                            tmp_path) -> None:
     """The decode recurrence carrying g_b's GEMM + gated norm (64 heads x 128, rank 128), at
-    one or two rows (16 state columns, 1 warp) and more (64 columns, 4 warps), with
-    pdl_trigger too."""
-    with overrides(interpret=False, pdl_trigger=trigger):
+    one or two rows (16 state columns, 1 warp) and more (64 columns, 4 warps)."""
+    with overrides(interpret=False):
         source = kda.source("probe", kda.KDASpec(64, 128, rank=128, eps=1e-5))
-    assert (PDL_TRIGGER in source) == trigger
     types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "g_ptr", "b_ptr", "o_ptr", "ga_ptr",
                                   "wg_ptr", "nw_ptr", "h_ptr")}
     types |= {"slot_ptr": "*i64", "state_ptr": "*fp32", "gs_ptr": "*fp32", "cnt_ptr": "*i32"}
@@ -210,22 +204,19 @@ def test_shared_down_with_routed_addend_pipelines(rows: int, tmp_path) -> None:
 LLAMA_SITE = hc_pre.HCPreSpec(4, 4096, 1e-5, 1e-6, 20, 1e-5)  # llama bench's sites
 
 
-@pytest.mark.parametrize("trigger", [False, True])
 @pytest.mark.parametrize("kind", ["down", "gate_up", "q_k_v"])
-def test_formed_sites_pipeline_without_spills(kind: str, trigger: bool, tmp_path) -> None:
+def test_formed_sites_pipeline_without_spills(kind: str, tmp_path) -> None:
     """llama bench's one-row GEMVs around a formed site (form_sites): down with hc_post writing
     the next site's partials and stream parts, and the GEMVs that form a site's y from those
     parts (2n A rows, their Gram, one more program for the gates) as `matmul.launch` runs them:
-    the weight stream stays pipelined and nothing spills, with the next grid's launch trigger
-    after the K loop (pdl_trigger) too."""
+    the weight stream stays pipelined and nothing spills."""
     spec = {"down": matmul.MatmulSpec(12288, 4096, epilogue="hc_post", hc=4, site=LLAMA_SITE,
                                       site_parts=True),
             "gate_up": matmul.MatmulSpec(4096, 24576, epilogue="swiglu", site_in=LLAMA_SITE),
             "q_k_v": matmul.MatmulSpec(4096, 6144, site_in=LLAMA_SITE)}[kind]
     t = matmul.tiles(spec, 1)
-    with overrides(interpret=False, pdl_trigger=trigger):
+    with overrides(interpret=False):
         source = matmul.source("probe", spec)
-    assert (PDL_TRIGGER in source) == trigger
     ptrs = ("x_ptr", "w_ptr", "out_ptr", "parts_ptr", "stream_ptr", "post_ptr", "comb_ptr",
             "fn_ptr", "part_ptr", "base_ptr", "scale_ptr", "spost_ptr", "scomb_ptr")
     types = {p: "*bf16" if p in ("x_ptr", "w_ptr", "parts_ptr", "fn_ptr") else "*fp32"
@@ -245,8 +236,8 @@ def test_formed_sites_pipeline_without_spills(kind: str, trigger: bool, tmp_path
 
 def test_formed_site_parts_kernel_does_not_spill(tmp_path) -> None:
     """The first site's parts at one row (hc_pre's parts kernel, site_programs programs of
-    site_block columns) at llama bench's size, with pdl_trigger's trigger."""
-    with overrides(interpret=False, pdl_trigger=True):
+    site_block columns) at llama bench's size."""
+    with overrides(interpret=False):
         source = hc_pre.source("probe", LLAMA_SITE)
     types = {"x_ptr": "*fp32", "fn_ptr": "*bf16", "part_ptr": "*fp32", "parts_ptr": "*bf16",
              "sx_stream": "i32", "s_fn": "i32"}

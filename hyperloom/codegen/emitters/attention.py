@@ -38,7 +38,7 @@ import torch
 
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import comment, pdl, pdl_trigger
+from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
 
@@ -301,7 +301,6 @@ def _split_source(name: str, spec: AttentionSpec) -> str:
     instead of two)."""
     up = _upcast()
     loop_head, loop_tail = runtime_loop("start", "lo", "hi", "BLOCK_N", " " * 4)
-    trigger = pdl_trigger("    ")
     table, page = _paged_args(spec)
     keys = _keys(spec, " " * 4, SPLIT_N, ahead=True)
     g = spec.heads // spec.kv_heads
@@ -372,8 +371,7 @@ def {name}(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, o_pt
         v = tl.load(v_base + {keys.rows[1]} + dc[None, :], mask=kmask, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty){up}, v{up})
         m_i = m_new
-{loop_tail}{trigger}    # partials of (row, head, split sp): acc [r, head, sp, :HD],
-    # m, l [r, head, 0|1, sp]
+{loop_tail}    # partials of (row, head, split sp): acc [r, head, sp, :HD], m, l [r, head, 0|1, sp]
     rh = r * H + head
     tl.store(acc_ptr + (rh * splits + sp)[:, None] * HD + dc[None, :], acc, mask=hmask)
     ml = ml_ptr + rh * 2 * splits + sp

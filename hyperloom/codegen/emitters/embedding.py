@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
-from hyperloom.codegen.emitters.text import comment, pdl, pdl_trigger
+from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.errors import require
 
 
@@ -38,7 +38,7 @@ import triton.language as tl
 def {name}(ids_ptr, table_ptr, out_ptr, vocab, table_stride, out_stride_row, out_stride_stream,
         D: tl.constexpr = {spec.d}, N: tl.constexpr = {n},
         BLOCK_D: tl.constexpr = {_block_d(spec.d)}):
-{pdl("    ")}{pdl_trigger("    ")}    row = tl.program_id(0)
+{pdl("    ")}    row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     tok = tl.load(ids_ptr + row)
     ok = (tok >= 0) & (tok < vocab)

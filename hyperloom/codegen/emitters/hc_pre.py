@@ -37,7 +37,7 @@ from hyperloom.codegen.emitters.hc_gates import (GATES, cells, comb, partial_sum
                                                  sinkhorn_cells)
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import comment, indent_block, pdl, pdl_trigger, wrap
+from hyperloom.codegen.emitters.text import comment, indent_block, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require, require_shape
 from hyperloom.passes.kernel_plan import HC_WIDE_ROWS
@@ -430,7 +430,7 @@ def _parts_source(name: str, spec: HCPreSpec) -> str:
 @triton.jit
 def {parts_name(name)}(x_ptr, fn_ptr, part_ptr, parts_ptr, sx_stream, s_fn, BLOCK_N: tl.constexpr):
     """Row 0's parts of a formed site: `parts_lines` over BLOCK_N columns a program."""
-{pdl("    ")}{pdl_trigger("    ")}{indent_block(chr(10).join(body), 4)}
+{pdl("    ")}{indent_block(chr(10).join(body), 4)}
 '''
 
 

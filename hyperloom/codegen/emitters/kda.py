@@ -31,7 +31,7 @@ import torch
 from hyperloom.codegen.emitters import kda_chunk
 from hyperloom.codegen.emitters.ints import next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl_if, pdl_trigger
+from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl_if
 from hyperloom.passes.kernel_plan import KDA_CHUNKED_ROWS
 
 BV = 64  # state columns (dv) per program: a [d, BV] fp32 tile, 64 registers a thread at d = 128
@@ -113,7 +113,6 @@ def _norm_source(spec: KDASpec) -> tuple[str, str, str]:
 
 def _recurrent(name: str, spec: KDASpec, header: str) -> str:
     head, tail = runtime_loop("i", "r", "stop", "1", " " * 4)
-    trigger = pdl_trigger("    ")
     norm_args, gate, finish = _norm_source(spec)
     return f'''{comment(header)}import triton
 import triton.language as tl
@@ -153,8 +152,7 @@ def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
         S = S + k[:, None] * delta[None, :]
         o = tl.sum(S * q[:, None], axis=0)
         tl.store(o_ptr + row * so + h * D + c, o.to(o_ptr.dtype.element_ty))
-{finish}{tail}{trigger}    # not read again before other layers ran
-    tl.store(st, S, cache_modifier=".cs")
+{finish}{tail}    tl.store(st, S, cache_modifier=".cs")  # not read again before other layers ran
 '''
 
 

@@ -29,7 +29,7 @@ import torch
 from hyperloom.codegen.emitters import kda_gate
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
-from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl, pdl_trigger
+from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl
 from hyperloom.config import CONFIG
 from hyperloom.passes.kernel_plan import GEMV_ROWS, KDA_CONV_SERIAL_ROWS
 
@@ -224,7 +224,7 @@ def _runs_source(name: str, spec: ConvSpec, bc: int) -> str:
 def {name}(q_ptr, k_ptr, v_ptr, wq_ptr, wk_ptr, wv_ptr, slot_ptr, win_ptr, oq_ptr, ok_ptr, ov_ptr,
         rows, sq, sk, sv, soq, sok, sov, sw_slot,{gate_args} C: tl.constexpr = {spec.channels},
         K: tl.constexpr = {spec.kernel}, BC: tl.constexpr = {bc}):
-{pdl("    ")}{pdl_trigger("    ")}    r = tl.program_id(0)
+{pdl("    ")}    r = tl.program_id(0)
     blocks = tl.cdiv(C, BC)
 {gate}    part = tl.program_id(1) // blocks  # 0: q, 1: k, 2: v
     c = (tl.program_id(1) % blocks) * BC + tl.arange(0, BC)

@@ -64,7 +64,7 @@ from hyperloom.codegen.emitters.matmul_spec import (  # noqa: F401 (API: the spe
     EPILOGUES, NORM_KERNEL, PROLOGUES, MatmulSpec)
 from hyperloom.codegen.emitters.gemv import site_block, site_programs  # noqa: F401 (API)
 from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
-from hyperloom.codegen.emitters.text import indented, pdl, pdl_trigger, wrap
+from hyperloom.codegen.emitters.text import indented, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
 from hyperloom.passes.kernel_plan import APART_ROWS, folds
@@ -260,7 +260,7 @@ def _norm_kernel(name: str, spec: MatmulSpec) -> list[str]:
     m = mean_i x[t, i], in h's dtype. Two passes over the row: sum(m^2) (accumulated elementwise,
     reduced once), then scale and store (the second pass reads x from cache: the first pass
     asks L2 to keep the row, the second lets it go)."""
-    body = [*pdl("").splitlines(), *pdl_trigger("").splitlines(),
+    body = [*pdl("").splitlines(),
             "t = tl.program_id(0).to(tl.int64)  # row offsets of big activations overflow int32",
             "x_row = x_ptr + t * sx_t", "h_row = h_ptr + t * sh_t", "rk = tl.arange(0, BLOCK_K)",
             "sq2 = tl.zeros([BLOCK_K], dtype=tl.float32)",
@@ -329,12 +329,12 @@ def _form_result(spec: MatmulSpec) -> list[str]:
 
 
 def _gemm_kernel(name: str, spec: MatmulSpec) -> list[str]:
-    wait, done = pdl("").splitlines(), pdl_trigger("").splitlines()
+    wait = pdl("").splitlines()
     if spec.site_in:
         body = _setup(spec) + wait + _form_gates(spec) + _form_loads(spec) + _loop(spec) \
-            + done + _form_result(spec) + epilogue(spec)
+            + _form_result(spec) + epilogue(spec)
     else:
-        body = _setup(spec) + wait + _loop(spec) + done + epilogue(spec)
+        body = _setup(spec) + wait + _loop(spec) + epilogue(spec)
     return _signature(name, spec) + indented(body)
 
 

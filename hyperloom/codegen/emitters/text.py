@@ -8,9 +8,9 @@ from hyperloom.config import CONFIG
 # is launched with the attribute (`cache.load`), so its grid starts as its predecessor's
 # programs exit rather than after the whole grid drained. On the H200 (llama bench decode) this
 # form gained 0.6%; an explicit early trigger (gdc_launch_dependents) and GEMV weight
-# prefetches into L2 while waiting both lost 10 to 18%.
+# prefetches into L2 while waiting both lost 10 to 18%, and a trigger after each kernel's main
+# loop lost 2.4% on the H100 (BENCHMARKS, sixteenth session).
 PDL_WAIT = "tl.extra.cuda.gdc_wait()"
-PDL_TRIGGER = "tl.extra.cuda.gdc_launch_dependents()"
 
 
 def pdl(indent: str) -> str:
@@ -19,14 +19,6 @@ def pdl(indent: str) -> str:
     if CONFIG.interpret or not CONFIG.pdl:
         return ""
     return f"{indent}{PDL_WAIT}  # the previous grid's writes are visible\n"
-
-
-def pdl_trigger(indent: str) -> str:
-    """The line after a kernel's main loop that lets the next grid launch (CONFIG.pdl_trigger;
-    the next grid's own wait still holds it until this grid's writes are visible)."""
-    if CONFIG.interpret or not CONFIG.pdl or not CONFIG.pdl_trigger:
-        return ""
-    return f"{indent}{PDL_TRIGGER}  # the main loop is done: the next grid may launch\n"
 
 
 def pdl_if(indent: str, cond: str) -> str:

@@ -252,8 +252,7 @@ def k03_rope_attention_l0_self_attn_split(q_ptr, k_ptr, v_ptr, inv_ptr, kc_ptr, 
         v = tl.load(v_base + vr[:, None] + dc[None, :], mask=kmask, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(vc_ptr.dtype.element_ty), v)
         m_i = m_new
-    # partials of (row, head, split sp): acc [r, head, sp, :HD],
-    # m, l [r, head, 0|1, sp]
+    # partials of (row, head, split sp): acc [r, head, sp, :HD], m, l [r, head, 0|1, sp]
     rh = r * H + head
     tl.store(acc_ptr + (rh * splits + sp)[:, None] * HD + dc[None, :], acc, mask=hmask)
     ml = ml_ptr + rh * 2 * splits + sp
