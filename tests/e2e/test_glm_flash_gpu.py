@@ -125,11 +125,15 @@ def _run(eng, prompt: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def ref_run(flash, hf_run):
-    ref = hyperloom.engine(flash.f32, flash.weights, device="cuda", dtype=F32,
-                           backend="reference", max_seq_len=MAX_LEN)
-    out = _run(ref, flash.prompt, hf_run[1])
-    del ref
-    _free()
+    _move(flash.weights, "cpu")  # the engine's fp32 copy and its attention fit an 80 GB card
+    try:
+        ref = hyperloom.engine(flash.f32, flash.weights, device="cuda", dtype=F32,
+                               backend="reference", max_seq_len=MAX_LEN)
+        out = _run(ref, flash.prompt, hf_run[1])
+        del ref
+    finally:
+        _free()
+        _move(flash.weights, "cuda")
     return out
 
 
