@@ -15,6 +15,7 @@ or expert choice on a rounding tie may move one row in a thousand past REL."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import importlib.util
@@ -77,27 +78,33 @@ def hf_run(flash, tmp_path_factory):
     path = tmp_path_factory.mktemp("flash4")
     save_checkpoint(path, family("glm5next"), flash.bf16, flash.weights)
     hf_config("glm5next", flash.cfg)[0].save_pretrained(path)
-    _move(flash.weights, "cpu")  # the fp32 model (36 GB) and its loading fit an 80 GB card
     tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     try:
-        hf = transformers.Glm5NextForConditionalGeneration.from_pretrained(
-            path, dtype=F32, device_map="cuda").eval()
-        shutil.rmtree(path)  # 18 GB of checkpoint, read once
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-        logits, tokens = _hf_logits(hf, flash.prompt)
-        del hf
+        with _weights_on_host(flash.weights):  # the fp32 model (36 GB) loads on an 80 GB card
+            hf = transformers.Glm5NextForConditionalGeneration.from_pretrained(
+                path, dtype=F32, device_map="cuda").eval()
+            shutil.rmtree(path)  # 18 GB of checkpoint, read once
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+            logits, tokens = _hf_logits(hf, flash.prompt)
+            del hf
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
-        _free()
-        _move(flash.weights, "cuda")
     return logits, tokens
 
 
-def _move(weights: dict, device: str) -> None:
-    """Every weight to `device`, in place (the GPU copies are freed as they go)."""
+@contextlib.contextmanager
+def _weights_on_host(weights: dict):
+    """The bf16 weights (18 GB) on the host while the block runs, in place; on the GPU again
+    after it, once what the block left there is freed."""
     for name in weights:
-        weights[name] = weights[name].to(device)
+        weights[name] = weights[name].cpu()
     _free()
+    try:
+        yield
+    finally:
+        _free()
+        for name in weights:
+            weights[name] = weights[name].cuda()
 
 
 def _hf_logits(hf, prompt: torch.Tensor) -> tuple[list[torch.Tensor], list[int]]:
@@ -125,15 +132,11 @@ def _run(eng, prompt: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def ref_run(flash, hf_run):
-    _move(flash.weights, "cpu")  # the engine's fp32 copy and its attention fit an 80 GB card
-    try:
+    with _weights_on_host(flash.weights):  # its fp32 copy and MLA scores fit an 80 GB card
         ref = hyperloom.engine(flash.f32, flash.weights, device="cuda", dtype=F32,
                                backend="reference", max_seq_len=MAX_LEN)
         out = _run(ref, flash.prompt, hf_run[1])
         del ref
-    finally:
-        _free()
-        _move(flash.weights, "cuda")
     return out
 
 
@@ -148,8 +151,8 @@ def _rows(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) 
     none over TIE_REL[dtype]; the worst row's relative error."""
     assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
     errs = _row_errs(got, want)
-    bad, over = int(errs.argmax()), int((errs > REL[dtype]).sum())
     rows = (errs > REL[dtype]).nonzero().flatten().tolist()
+    bad, over = int(errs.argmax()), len(rows)
     print(f"{what}: worst row {bad} {errs[bad]:.3g}, median {errs.median():.3g}, rows over "
           f"{REL[dtype]:g}: {over} of {len(errs)} {rows[:24]}")
     assert errs[bad] <= TIE_REL[dtype], \
