@@ -25,6 +25,7 @@ from hyperloom.ir.interpreter import run_graph
 from hyperloom.ir.sampling import Sampler, Sampling
 from hyperloom.ir.state import StateStore
 
+LOGITS = ("all", "last")  # prefill's logits: every prompt row's, or the last row's only
 
 @dataclass(eq=False)
 class Sequence:
@@ -61,7 +62,9 @@ class Engine:
         self.max_sequences = max_sequences
         self._free = list(range(max_sequences))
 
-    def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _run(self, graph: str, inputs: dict[str, torch.Tensor],
+             keep: int | None = None) -> dict[str, torch.Tensor]:
+        """One step's outputs; with `keep`, the logits of its last `keep` rows only."""
         raise NotImplementedError
 
     # -- sequences ---------------------------------------------------------------------------
@@ -96,9 +99,13 @@ class Engine:
         seq.length, seq.draft_length = snap.length, snap.draft_length
 
     # -- steps -------------------------------------------------------------------------------
-    def prefill(self, seq: Sequence, ids: Seq[int] | torch.Tensor) -> torch.Tensor:
-        """Logits [len(ids), vocab] fp32 for every prompt position."""
-        return self.hidden(seq, ids)["logits"].float()
+    def prefill(self, seq: Sequence, ids: Seq[int] | torch.Tensor,
+                logits: str = "all") -> torch.Tensor:
+        """Logits [len(ids), vocab] fp32 for every prompt position, or with logits="last" [1,
+        vocab] for the last one (what generation needs: the LM head runs on that row only)."""
+        if logits not in LOGITS:
+            raise InputError(f"prefill: logits={logits!r}; expected one of {', '.join(LOGITS)}")
+        return self.hidden(seq, ids, last_only=logits == "last")["logits"].float()
 
     def decode(self, seqs: Seq[Sequence], ids: Seq[int] | torch.Tensor) -> torch.Tensor:
         """One new token for each sequence; logits [len(seqs), vocab] fp32."""
@@ -111,16 +118,19 @@ class Engine:
             s.length += 1
         return out["logits"].float()
 
-    def hidden(self, seq: Sequence, ids: Seq[int] | torch.Tensor) -> dict[str, torch.Tensor]:
-        """Like prefill, but returns every output of the main graph (logits and final hidden)."""
+    def hidden(self, seq: Sequence, ids: Seq[int] | torch.Tensor,
+               last_only: bool = False) -> dict[str, torch.Tensor]:
+        """Like prefill, but returns every output of the main graph (logits and final hidden);
+        `last_only`: logits of the last row only."""
         ids = self._ids(ids)
         self._check_step([seq], [len(ids)], "length")
         chunk, outs, snap = self.prefill_chunk or len(ids), [], self.snapshot(seq)
         try:
             for lo in range(0, len(ids), chunk):
                 part = ids[lo: lo + chunk]
+                keep = int(lo + chunk >= len(ids)) if last_only else None
                 outs.append(self._step("main", part, [seq], [seq.length], [len(part)],
-                                       guard=False))
+                                       guard=False, keep=keep))
                 seq.length += len(part)
         except Exception:
             self.rollback(seq, snap)  # a failed chunk undoes the whole prompt
@@ -154,10 +164,14 @@ class Engine:
             raise
         return torch.cat(outs).float()
 
-    def step(self, batch: Seq[tuple[Sequence, Seq[int]]]) -> list[torch.Tensor]:
+    def step(self, batch: Seq[tuple[Sequence, Seq[int]]],
+             logits: str = "all") -> list[torch.Tensor]:
         """One step over rows of several sequences at once (decode rows and prefill chunks
         mixed): each (sequence, ids) appends ids at the sequence's end; returns each entry's
-        logits rows [len(ids), vocab] fp32."""
+        logits rows [len(ids), vocab] fp32, or with logits="last" its last row's [1, vocab]
+        (the LM head runs on the rows from the first entry's last on: long entries first)."""
+        if logits not in LOGITS:
+            raise InputError(f"step: logits={logits!r}; expected one of {', '.join(LOGITS)}")
         if not batch:
             raise InputError("step got no (sequence, ids) entries")
         seqs = [s for s, _ in batch]
@@ -167,10 +181,16 @@ class Engine:
             raise InputError(f"a step of {sum(counts)} rows exceeds the {self.max_step_rows} "
                              "rows the engine was planned for (prefill_chunk / max_sequences)")
         self._check_step(seqs, counts, "length")
-        out = self._step("main", torch.cat(ids), seqs, [s.length for s in seqs], counts)
+        rows = sum(counts)
+        keep = rows - counts[0] + 1 if logits == "last" else None
+        out = self._step("main", torch.cat(ids), seqs, [s.length for s in seqs], counts,
+                         keep=keep)
         for s, n in zip(seqs, counts):
             s.length += n
-        return list(out["logits"].float().split(counts))
+        if keep is None:
+            return list(out["logits"].float().split(counts))
+        ends = torch.tensor(counts).cumsum(0) - 1 - (rows - keep)  # rows within the kept ones
+        return [out["logits"][e: e + 1].float() for e in ends.tolist()]
 
     def generate(self, prompts: Seq[int] | Seq[Seq[int]], max_new_tokens: int | None = None,
                  sampling: Sampling | Seq[Sampling] | None = None,
@@ -228,10 +248,11 @@ class Engine:
                                     f"exceeds its capacity of {self.max_seq_len} (max_seq_len)")
 
     def _step(self, graph: str, ids: torch.Tensor, seqs: Seq[Sequence], starts: list[int],
-              counts: list[int], guard: bool = True,
+              counts: list[int], guard: bool = True, keep: int | None = None,
               **extra: torch.Tensor) -> dict[str, torch.Tensor]:
         """One step; `guard` restores the sequences' fixed state if it fails (a caller that
-        rolls back a whole prompt itself passes False rather than snapshot twice)."""
+        rolls back a whole prompt itself passes False rather than snapshot twice); `keep`: the
+        logits of the last `keep` rows only."""
         pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, counts)])
         slot = torch.cat([torch.full((n,), q.slot) for q, n in zip(seqs, counts)])
         inputs = {"ids": ids, "pos": pos, "slot": slot} | extra
@@ -239,7 +260,7 @@ class Engine:
         _overwrite(graph, seqs, starts)
         saved = {q.slot: self.state.snapshot(q.slot) for q in seqs} if guard else {}
         try:
-            return self._run(graph, inputs)
+            return self._run(graph, inputs, keep)
         except Exception:
             for slot, snap in saved.items():  # a failed step leaves every sequence as it was
                 self.state.restore(slot, snap)
@@ -262,9 +283,12 @@ class ReferenceEngine(Engine):
         state = StateStore(decls, max_sequences, max_seq_len, self.device, dtype)
         super().__init__(graphs, state, vocab_size, max_seq_len, max_sequences, model)
 
-    def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _run(self, graph: str, inputs: dict[str, torch.Tensor],
+             keep: int | None = None) -> dict[str, torch.Tensor]:
         inputs = {k: v.to(self.device) for k, v in inputs.items()}
-        return run_graph(self.graphs[graph], self.weights, inputs, self.state, self.dtype)
+        out = run_graph(self.graphs[graph], self.weights, inputs, self.state, self.dtype)
+        rows = len(inputs["ids"])
+        return out if keep is None else out | {"logits": out["logits"][rows - keep:]}
 
 
 def _overwrite(graph: str, seqs: Seq[Sequence], starts: list[int]) -> None:
@@ -300,7 +324,8 @@ class _Request:
 
 class _Scheduler:
     """Admits requests into free slots, builds each step (decode rows first, then prefill
-    chunks under the step's row budget), samples, and retires finished sequences."""
+    chunks under the step's row budget; the chunks lead the step's rows, so the LM head runs
+    from the first chunk's last row on), samples, and retires finished sequences."""
 
     def __init__(self, eng: Engine, reqs: list[_Request], on_token):
         self.eng, self.queue, self.live, self.on_token = eng, deque(reqs), [], on_token
@@ -324,14 +349,14 @@ class _Scheduler:
             if not r.todo:
                 batch.append((r.seq, [r.tokens[-1]]))
                 owners.append(r)
-        left = self.budget - len(batch)
+        left, chunks = self.budget - len(batch), 0
         for r in self.live:
             if r.todo and left > 0:
                 take = r.todo[:left]
-                batch.append((r.seq, take))
-                owners.append(r)
-                left -= len(take)
-        for r, (_, ids), logits in zip(owners, batch, self.eng.step(batch)):
+                batch.insert(chunks, (r.seq, take))
+                owners.insert(chunks, r)
+                left, chunks = left - len(take), chunks + 1
+        for r, (_, ids), logits in zip(owners, batch, self.eng.step(batch, logits="last")):
             if r.todo:
                 r.todo = r.todo[len(ids):]
                 if r.todo:

@@ -47,13 +47,22 @@ class CompiledEngine(Engine):
         self.programs = {n: Program(c, weights, state, self.device) for n, c in comps.items()}
         self.runners = {n: Runner(p, max_sequences) for n, p in self.programs.items()}
 
-    def _run(self, graph: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _run(self, graph: str, inputs: dict[str, torch.Tensor],
+             keep: int | None = None) -> dict[str, torch.Tensor]:
         prog, rows = self.programs[graph], len(inputs["ids"])
         for name, value in inputs.items():
             prog.inputs["%" + name][:rows].copy_(value)
         seq_rows = int(torch.unique(inputs["slot"], return_counts=True)[1].max())
-        self.runners[graph].run(rows, seq_rows)
-        return prog.outputs(rows)
+        runner = self.runners[graph]
+        if keep is not None and (keep > self.max_sequences + 1 or seq_rows == 1
+                                 and runner.bucket(rows) is not None):
+            # a replayed decode shape, or more kept rows than a head buffer holds (a decode row
+            # per sequence and a prompt's last): the arena's head on every row
+            runner.run(rows, seq_rows)
+            out = prog.outputs(rows)
+            return out | {"logits": out["logits"][rows - keep:]}
+        runner.run(rows, seq_rows, keep)
+        return prog.outputs(rows, keep)
 
 
 def _state_store(comps: dict, decls: tuple[StateDecl, ...], slots: int, capacity: int,

@@ -8,6 +8,7 @@ CONFIG.eager_replay allows."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -40,6 +41,7 @@ class Program:
                                  sources=comp.sources)
         self.launches = [BUILDERS[k.emitter](k, self.operands, device) for k in self.plan.kernels]
         self.capturable = not self.plan.fallbacks
+        self._head_at, self._heads = _head_at(self.plan, self.graph), None
         self._replays: dict[tuple[int, int], list | None] = {}  # eager replays by shape
 
     def _views(self) -> dict[str, torch.Tensor]:
@@ -61,23 +63,76 @@ class Program:
                 self._groups[value] = buf  # a column slice of a multi-split result
         return views
 
-    def record(self, rows: int, seq_rows: int) -> list[Callable[[], None]]:
-        return [lambda f=f: f(rows, seq_rows) for f in self.launches]
+    def record(self, rows: int, seq_rows: int,
+               keep: int | None = None) -> list[Callable[[], None]]:
+        """A step's launches. With `keep`, the logits' kernel runs on the step's last `keep`
+        rows only (none with 0), copied ahead of it into rows of its own (`_head`)."""
+        if keep is None or self._head_at is None:
+            return [lambda f=f: f(rows, seq_rows) for f in self.launches]
+        out = [lambda f=f: f(rows, seq_rows) for i, f in enumerate(self.launches)
+               if i != self._head_at]
+        if keep:
+            head = self._head(keep)
+            out.insert(self._head_at, lambda: head.launch(keep, 1))
+            out.insert(self._head_at, lambda: head.x[:keep].copy_(head.src[rows - keep: rows]))
+        return out
 
-    def step(self, rows: int, seq_rows: int) -> None:
+    def _head(self, keep: int) -> _Head:
+        """The logits' kernel on buffers of its own: input rows copied in, logits rows out
+        (sized for the most rows kept so far)."""
+        if self._heads is None or self._heads.x.shape[0] < keep:
+            entry = self.plan.kernels[self._head_at]
+            src = self.operands[entry.node.args[0]]
+            x = torch.empty((keep, *src.shape[1:]), dtype=src.dtype, device=self.device)
+            logits = self.operands[entry.node.outs[0]]
+            out = torch.empty((keep, *logits.shape[1:]), dtype=logits.dtype, device=self.device)
+            o = self.operands
+            bound = Operands(o.values | {entry.node.args[0]: x, entry.node.outs[0]: out},
+                             o.weights, {k: v for k, v in o.groups.items()
+                                         if k not in entry.node.outs}, o.state, o.types,
+                             o.scratch, o.sources)
+            self._heads = _Head(src, x, out, BUILDERS[entry.emitter](entry, bound, self.device))
+        return self._heads
+
+    def step(self, rows: int, seq_rows: int, keep: int | None = None) -> None:
         """One step of Python launches. With CONFIG.eager_replay on a GPU, a shape's first step
         records its launches (`cache.recording`) and later steps of that shape replay them,
         unless the first ran what a replay would skip (a torch op that is not a view, a kernel
         without a compiled form): then every step launches as usual."""
-        key, replay = (rows, seq_rows), replayable(self.device)
+        key = (rows, seq_rows) + (() if keep is None else (keep,))
+        replay = replayable(self.device)
         if replay and key not in self._replays:
-            self._replays[key] = recorded(lambda: [f() for f in self.record(rows, seq_rows)])
+            self._replays[key] = recorded(lambda: [f() for f in self.record(*key)])
             return
-        for f in (self._replays.get(key) if replay else None) or self.record(rows, seq_rows):
+        for f in (self._replays.get(key) if replay else None) or self.record(*key):
             f()
 
-    def outputs(self, rows: int) -> dict[str, torch.Tensor]:
-        return {label: self.operands[v][:rows].clone() for label, v in self.graph.outputs}
+    def outputs(self, rows: int, keep: int | None = None) -> dict[str, torch.Tensor]:
+        """The step's results; with `keep`, the logits of its last `keep` rows only."""
+        kept = keep is not None and self._head_at is not None
+        out = {label: self.operands[v][:rows].clone() for label, v in self.graph.outputs
+               if not (kept and label == "logits")}
+        if kept:
+            out["logits"] = self._head(keep).out[:keep].clone() if keep else \
+                self.operands[dict(self.graph.outputs)["logits"]][:0].clone()
+        elif keep is not None:
+            out["logits"] = out["logits"][rows - keep:]
+        return out
+
+
+@dataclass(frozen=True)
+class _Head:
+    src: torch.Tensor  # the logits kernel's input rows in the arena
+    x: torch.Tensor  # the kept rows, copied
+    out: torch.Tensor  # their logits
+    launch: Callable[[int, int], None]
+
+
+def _head_at(plan: KernelPlan, graph: Graph) -> int | None:
+    """The plan position of the GEMM that writes the graph's logits, if one does."""
+    logits = dict(graph.outputs).get("logits")
+    return next((i for i, k in enumerate(plan.kernels)
+                 if k.emitter == "matmul" and k.node.outs[0] == logits), None)
 
 
 def replayable(device: torch.device) -> bool:

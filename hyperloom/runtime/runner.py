@@ -35,13 +35,14 @@ class Runner:
     def bucket(self, rows: int) -> int | None:
         return next((b for b in self.buckets if b >= rows), None)
 
-    def run(self, rows: int, seq_rows: int) -> int:
+    def run(self, rows: int, seq_rows: int, keep: int | None = None) -> int:
         """Launch a step whose inputs are already in the program's row buffers; returns the
-        padded row count that ran. Decode-shaped steps (one row per sequence) are replayed."""
+        padded row count that ran. Decode-shaped steps (one row per sequence) are replayed with
+        every row's logits (`keep` is for the others: the logits of their last rows only)."""
         self._compile_ahead(rows, seq_rows)
         bucket = self.bucket(rows) if seq_rows == 1 else None
         if bucket is None:
-            self.program.step(rows, seq_rows)
+            self.program.step(rows, seq_rows, keep)
             return rows
         self._pad(rows, bucket)
         if bucket not in self.recorded:

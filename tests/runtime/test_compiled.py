@@ -13,6 +13,7 @@ import torch
 
 import hyperloom
 from hyperloom.config import CONFIG, overrides
+from hyperloom.errors import InputError
 from hyperloom.ir.ops import Op
 from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
 from hyperloom.passes import kernel_plan
@@ -544,3 +545,61 @@ def test_a_step_launches_what_the_plan_counts(model, config, rows, seqs, monkeyp
     comp._run("main", {"ids": prompt(rows, seed=rows), "pos": torch.arange(n).repeat(seqs),
                        "slot": torch.arange(seqs).repeat_interleave(n)})
     assert len(log) == comp.programs["main"].plan.launches(rows, decode=n == 1)
+
+
+@pytest.mark.parametrize("model, config", [("llama", "tiny"), ("glm5next", "tiny")])
+def test_prefill_of_the_last_logits_runs_the_head_on_that_row_only(model, config):
+    """prefill(logits="last"): a 19-row prompt in sub-chunks of 8 gives the last row's logits of
+    a full prefill, without a launch of the arena's LM head (one on the copied last row), and
+    decode goes on alike; a 1-row prompt (a replayed shape) too; the reference agrees; any other
+    `logits` is refused, naming it, with the sequence untouched."""
+    ref, comp = engines(model, config, prefill_chunk=8)
+    prog, heads = comp.programs["main"], []
+    arena_head = prog.launches[prog._head_at]
+    prog.launches[prog._head_at] = lambda rows, seq_rows: (heads.append(rows),
+                                                           arena_head(rows, seq_rows))
+    for n in (19, 1):
+        ids = prompt(n, seed=n)
+        full, seqs = ref.prefill(ref.new_sequence(), ids), []
+        for eng in (ref, comp):
+            seqs.append(eng.new_sequence())
+            last = eng.prefill(seqs[-1], ids, logits="last")
+            assert_close(last, full[-1:], F32, f"{model} {eng.__class__.__name__} {n} rows")
+        assert heads == ([] if n > 1 else [1])  # 1 row: the decode-shaped replay, every row
+        assert prog._heads.x.shape[0] == 1
+        want = ref.decode([seqs[0]], [7])
+        assert_close(comp.decode([seqs[1]], [7]), want, F32, f"{model} decode after {n} rows")
+        heads.clear()
+    comp.prefill(comp.new_sequence(), prompt(3, seed=2))
+    assert heads == [3]
+    seq = comp.new_sequence()
+    with pytest.raises(InputError, match="logits='first'"):
+        comp.prefill(seq, prompt(5, seed=1), logits="first")
+    assert seq.length == 0
+
+
+def test_a_mixed_step_of_the_last_logits_runs_the_head_on_the_rows_it_needs():
+    """step(batch, logits="last") with a prompt chunk first and decode rows after it: each
+    entry's last row equals step(batch)'s, the arena's LM head never launches (the kept rows
+    run on buffers of their own), and the sequences go on alike."""
+    _, comp = engines("glm5next", "tiny", prefill_chunk=8)
+    prog, heads = comp.programs["main"], []
+    arena_head = prog.launches[prog._head_at]
+    prog.launches[prog._head_at] = lambda rows, seq_rows: (heads.append(rows),
+                                                           arena_head(rows, seq_rows))
+    runs = []
+    for logits in ("all", "last"):
+        old = [comp.new_sequence() for _ in range(2)]
+        for i, s in enumerate(old):
+            comp.prefill(s, prompt(6 + i, seed=i))
+        heads.clear()
+        batch = [(comp.new_sequence(), prompt(5, seed=9))] + [(s, [3 + i])
+                                                              for i, s in enumerate(old)]
+        runs.append(comp.step(batch, logits=logits))
+        assert heads == ([7] if logits == "all" else [])  # "last": 3 kept rows, no arena head
+        runs.append(comp.decode([s for s, _ in batch], [4, 5, 6]))
+    (every, after_all), (last, after_last) = runs[:2], runs[2:]
+    assert [tuple(x.shape) for x in last] == [(1, 256)] * 3
+    for i, (a, b) in enumerate(zip(every, last)):
+        assert_close(b, a[-1:], F32, f"entry {i}")
+    assert_close(after_last, after_all, F32, "decode after the step")

@@ -60,6 +60,21 @@ def test_bf16_prefill_and_replayed_decode_match_fp32_reference(model, config, la
     assert agree >= 14, f"greedy tokens agree on {agree}/16 steps"
 
 
+@pytest.mark.parametrize("model, config, layers", [("llama", "bench", None),
+                                                   ("glm5next", "tiny", 2)])
+def test_bf16_prefill_of_the_last_logits_matches_the_full_prefill(model, config, layers):
+    """logits="last" runs the LM head on the copied last row of the last sub-chunk only (a
+    one-row GEMM; the full prefill's last sub-chunk has 13 rows): the same row within REL, and
+    decode after it replays alike."""
+    comp = compiled(config, model, layers, prefill_chunk=32)
+    ids = torch.randint(0, comp.vocab_size, (77,), generator=torch.Generator().manual_seed(4))
+    a, b = comp.new_sequence(), comp.new_sequence()
+    full, last = comp.prefill(a, ids), comp.prefill(b, ids, logits="last")
+    assert last.shape == (1, comp.vocab_size)
+    assert_rel(last, full[-1:], REL[BF16], f"{model} {config} last logits")
+    assert_rel(comp.decode([b], [9]), comp.decode([a], [9]), REL[BF16], f"{config} decode after")
+
+
 def test_cuda_graph_batch_equals_sequences_alone():
     comp = compiled("bench", prefill_chunk=64)
     prompts = [torch.randint(0, 32000, (20 + 9 * i,), generator=torch.Generator().manual_seed(i))
