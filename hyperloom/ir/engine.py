@@ -27,6 +27,7 @@ from hyperloom.ir.state import StateStore
 
 LOGITS = ("all", "last")  # prefill's logits: every prompt row's, or the last row's only
 
+
 @dataclass(eq=False)
 class Sequence:
     slot: int

@@ -54,8 +54,8 @@ class CompiledEngine(Engine):
             prog.inputs["%" + name][:rows].copy_(value)
         seq_rows = int(torch.unique(inputs["slot"], return_counts=True)[1].max())
         runner = self.runners[graph]
-        if keep is not None and (keep > self.max_sequences + 1 or seq_rows == 1
-                                 and runner.bucket(rows) is not None):
+        if keep is not None and (keep > self.max_sequences + 1
+                                 or (seq_rows == 1 and runner.bucket(rows) is not None)):
             # a replayed decode shape, or more kept rows than a head buffer holds (a decode row
             # per sequence and a prompt's last): the arena's head on every row
             runner.run(rows, seq_rows)
