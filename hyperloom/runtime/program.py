@@ -42,7 +42,7 @@ class Program:
         self.launches = [BUILDERS[k.emitter](k, self.operands, device) for k in self.plan.kernels]
         self.capturable = not self.plan.fallbacks
         self._head_at, self._heads = _head_at(self.plan, self.graph), None
-        self._replays: dict[tuple[int, int], list | None] = {}  # eager replays by shape
+        self._replays: dict[tuple[int, ...], list | None] = {}  # eager replays by shape (and keep)
 
     def _views(self) -> dict[str, torch.Tensor]:
         from hyperloom.ir.types import DType
