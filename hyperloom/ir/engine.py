@@ -12,6 +12,7 @@ import dataclasses
 import numbers
 import weakref
 from collections import deque
+from itertools import accumulate
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
@@ -65,7 +66,8 @@ class Engine:
 
     def _run(self, graph: str, inputs: dict[str, torch.Tensor],
              keep: int | None = None) -> dict[str, torch.Tensor]:
-        """One step's outputs; with `keep`, the logits of its last `keep` rows only."""
+        """One step's outputs; `keep` lets a backend compute the logits of the last `keep` rows
+        only (`_step` slices whatever more it returns)."""
         raise NotImplementedError
 
     # -- sequences ---------------------------------------------------------------------------
@@ -190,8 +192,8 @@ class Engine:
             s.length += n
         if keep is None:
             return list(out["logits"].float().split(counts))
-        ends = torch.tensor(counts).cumsum(0) - 1 - (rows - keep)  # rows within the kept ones
-        return [out["logits"][e: e + 1].float() for e in ends.tolist()]
+        first = rows - keep  # each entry's last row, counted within the kept ones
+        return [out["logits"][e - 1 - first: e - first].float() for e in accumulate(counts)]
 
     def generate(self, prompts: Seq[int] | Seq[Seq[int]], max_new_tokens: int | None = None,
                  sampling: Sampling | Seq[Sampling] | None = None,
@@ -261,11 +263,14 @@ class Engine:
         _overwrite(graph, seqs, starts)
         saved = {q.slot: self.state.snapshot(q.slot) for q in seqs} if guard else {}
         try:
-            return self._run(graph, inputs, keep)
+            out = self._run(graph, inputs, keep)
         except Exception:
             for slot, snap in saved.items():  # a failed step leaves every sequence as it was
                 self.state.restore(slot, snap)
             raise
+        if keep is not None and len(out["logits"]) > keep:  # the head ran on more rows
+            out = out | {"logits": out["logits"][len(out["logits"]) - keep:]}
+        return out
 
 
 class ReferenceEngine(Engine):
@@ -287,9 +292,7 @@ class ReferenceEngine(Engine):
     def _run(self, graph: str, inputs: dict[str, torch.Tensor],
              keep: int | None = None) -> dict[str, torch.Tensor]:
         inputs = {k: v.to(self.device) for k, v in inputs.items()}
-        out = run_graph(self.graphs[graph], self.weights, inputs, self.state, self.dtype)
-        rows = len(inputs["ids"])
-        return out if keep is None else out | {"logits": out["logits"][rows - keep:]}
+        return run_graph(self.graphs[graph], self.weights, inputs, self.state, self.dtype)
 
 
 def _overwrite(graph: str, seqs: Seq[Sequence], starts: list[int]) -> None:

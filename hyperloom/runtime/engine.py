@@ -56,11 +56,8 @@ class CompiledEngine(Engine):
         runner = self.runners[graph]
         if keep is not None and (keep > self.max_sequences + 1
                                  or (seq_rows == 1 and runner.bucket(rows) is not None)):
-            # a replayed decode shape, or more kept rows than a head buffer holds (a decode row
-            # per sequence and a prompt's last): the arena's head on every row
-            runner.run(rows, seq_rows)
-            out = prog.outputs(rows)
-            return out | {"logits": out["logits"][rows - keep:]}
+            keep = None  # a replayed decode shape, or more kept rows than a head buffer holds
+            # (a decode row per sequence and a prompt's last): the arena's head on every row
         runner.run(rows, seq_rows, keep)
         return prog.outputs(rows, keep)
 

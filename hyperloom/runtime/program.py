@@ -108,15 +108,14 @@ class Program:
             f()
 
     def outputs(self, rows: int, keep: int | None = None) -> dict[str, torch.Tensor]:
-        """The step's results; with `keep`, the logits of its last `keep` rows only."""
-        kept = keep is not None and self._head_at is not None
-        out = {label: self.operands[v][:rows].clone() for label, v in self.graph.outputs
-               if not (kept and label == "logits")}
-        if kept:
-            out["logits"] = self._head(keep).out[:keep].clone() if keep else \
-                self.operands[dict(self.graph.outputs)["logits"]][:0].clone()
-        elif keep is not None:
-            out["logits"] = out["logits"][rows - keep:]
+        """The step's results; with `keep` (and a head kernel), the logits of its last `keep`
+        rows, from the head's own buffer."""
+        out = {}
+        for label, v in self.graph.outputs:
+            value = self.operands[v][:rows]
+            if label == "logits" and keep is not None and self._head_at is not None:
+                value = self._head(keep).out[:keep] if keep else value[:0]
+            out[label] = value.clone()
         return out
 
 

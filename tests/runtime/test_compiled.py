@@ -547,6 +547,14 @@ def test_a_step_launches_what_the_plan_counts(model, config, rows, seqs, monkeyp
     assert len(log) == comp.programs["main"].plan.launches(rows, decode=n == 1)
 
 
+def _arena_head_rows(prog) -> list[int]:
+    """The row counts of the arena's LM-head launches from now on (the launch wrapped)."""
+    heads, launch = [], prog.launches[prog._head_at]
+    prog.launches[prog._head_at] = lambda rows, seq_rows: (heads.append(rows),
+                                                           launch(rows, seq_rows))
+    return heads
+
+
 @pytest.mark.parametrize("model, config", [("llama", "tiny"), ("glm5next", "tiny")])
 def test_prefill_of_the_last_logits_runs_the_head_on_that_row_only(model, config):
     """prefill(logits="last"): a 19-row prompt in sub-chunks of 8 gives the last row's logits of
@@ -554,10 +562,8 @@ def test_prefill_of_the_last_logits_runs_the_head_on_that_row_only(model, config
     decode goes on alike; a 1-row prompt (a replayed shape) too; the reference agrees; any other
     `logits` is refused, naming it, with the sequence untouched."""
     ref, comp = engines(model, config, prefill_chunk=8)
-    prog, heads = comp.programs["main"], []
-    arena_head = prog.launches[prog._head_at]
-    prog.launches[prog._head_at] = lambda rows, seq_rows: (heads.append(rows),
-                                                           arena_head(rows, seq_rows))
+    prog = comp.programs["main"]
+    heads = _arena_head_rows(prog)
     for n in (19, 1):
         ids = prompt(n, seed=n)
         full, seqs = ref.prefill(ref.new_sequence(), ids), []
@@ -583,10 +589,8 @@ def test_a_mixed_step_of_the_last_logits_runs_the_head_on_the_rows_it_needs():
     entry's last row equals step(batch)'s, the arena's LM head never launches (the kept rows
     run on buffers of their own), and the sequences go on alike."""
     _, comp = engines("glm5next", "tiny", prefill_chunk=8)
-    prog, heads = comp.programs["main"], []
-    arena_head = prog.launches[prog._head_at]
-    prog.launches[prog._head_at] = lambda rows, seq_rows: (heads.append(rows),
-                                                           arena_head(rows, seq_rows))
+    prog = comp.programs["main"]
+    heads = _arena_head_rows(prog)
     runs = []
     for logits in ("all", "last"):
         old = [comp.new_sequence() for _ in range(2)]
