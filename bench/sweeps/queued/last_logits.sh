@@ -7,6 +7,6 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 PYTHONPATH=/tmp/site2 timeout 200 python3 -m pytest -m gpu -q -o addopts= -p no:cacheprovider \
     tests/runtime/test_compiled_gpu.py -k last_logits > "$OUT/last_logits_test.log" 2>&1
 echo "last-logits test rc=$?"; tail -3 "$OUT/last_logits_test.log"
-PYTHONPATH=/tmp/site2 timeout 200 python3 bench/sweeps/queued/last_logits.py 2048 \
+PYTHONPATH=/tmp/site2:. timeout 200 python3 bench/sweeps/queued/last_logits.py 2048 \
     > "$OUT/last_logits_time.log" 2>&1
 echo "timing rc=$?"; tail -2 "$OUT/last_logits_time.log"
