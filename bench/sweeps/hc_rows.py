@@ -1,0 +1,106 @@
+"""Time hc_pre's two-launch step (projection + a finish program a row) at the few-row decode
+shapes (2 to 64 rows: a batch of sequences, a verify step), in variants of the finish's warps
+and row tile, the wide form (projection + apply + gates) and the committed form with one
+Sinkhorn round (what its 20 rounds cost). Each variant is checked against
+`semantics.hc.hc_pre` first; on a GPU each is timed as a CUDA graph of REPS launches with X in
+L2 (as at decode, where the GEMM before the site has just written the streams).
+
+    python bench/sweeps/hc_rows.py [--rows 4,16,64] [--n 4 --d 4096]"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+import sys
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+from hyperloom.bench.scenarios import rel_err
+from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters import hc_pre
+from hyperloom.ir import ops
+from hyperloom.ir.semantics import Ctx, hc
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+LAUNCHES = 20  # steps a graph
+# name: the hc_pre module constants it patches (and the Sinkhorn rounds, None: the spec's)
+VARIANTS = {
+    "committed": ({}, None),
+    "finish 8 warps, 8192 tile": ({"FINISH_WARPS": 8, "ROW_TILE": 8192}, None),
+    "finish 4 warps, 4096 tile": ({"FINISH_WARPS": 4, "ROW_TILE": 4096}, None),
+    "finish 8 warps, 4096 tile": ({"FINISH_WARPS": 8, "ROW_TILE": 4096}, None),
+    "wide (apply + gates)": ({"WIDE_ROWS": 1}, None),
+    "committed, 1 Sinkhorn round": ({}, 1),
+}
+
+
+def operands(spec: hc_pre.HCPreSpec, rows: int, dev, dtype, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    n, d, j = spec.n, spec.d, (2 + spec.n) * spec.n
+    return {"x": (torch.randn((rows, n, d), generator=g) * 1.7).to(dev),
+            "fn": (torch.randn((j, n * d), generator=g) / math.sqrt(n * d)).to(dev, dtype),
+            "base": (torch.randn(j, generator=g) * 0.5).to(dev),
+            "scale": (torch.rand(3, generator=g) + 0.5).to(dev),
+            "y": torch.empty((rows, d), device=dev, dtype=dtype),
+            "post": torch.empty((rows, n), device=dev),
+            "comb": torch.empty((rows, n, n), device=dev)}
+
+
+def reference(spec: hc_pre.HCPreSpec, o: dict) -> torch.Tensor:
+    at = ops.HCPreAttrs(n=spec.n, norm_eps=spec.norm_eps, hc_eps=spec.hc_eps, iters=spec.iters,
+                        out_eps=spec.out_eps)
+    y, post, comb = hc.hc_pre(Ctx(torch.float64, None, ()), at, o["x"].double(),
+                              o["fn"].double(), o["base"].double(), o["scale"].double())
+    return torch.cat([y.flatten(), post.flatten(), comb.flatten()])
+
+
+def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, dtype) -> dict:
+    spec = spec if iters is None else dataclasses.replace(spec, iters=iters)
+    with contextlib.ExitStack() as stack:
+        for key, value in patch.items():
+            stack.enter_context(mock.patch.object(hc_pre, key, value))
+        src = hc_pre.source("sweep_hc", spec, header=f"sweep {patch} {iters}")
+        kernels = tuple(load(src, k, dev) for k in hc_pre.kernel_names("sweep_hc"))
+        part, count = hc_pre.scratch(spec, rows, dev)
+        o = operands(spec, rows, dev, dtype)
+
+        def issue() -> None:
+            hc_pre.launch(kernels, spec, **o, part=part, count=count, rows=rows, fused=False)
+
+        issue()
+        got = torch.cat([o["y"].flatten().double(), o["post"].flatten().double(),
+                         o["comb"].flatten().double()])
+        err = rel_err(got, reference(spec, o))
+        us = common.graph_us(lambda: [issue() for _ in range(LAUNCHES)], LAUNCHES) \
+            if dev.type == "cuda" else float("nan")
+    return {"err": err, "us": us}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", default="4,16,64")
+    p.add_argument("--n", type=int, default=4)
+    p.add_argument("--d", type=int, default=4096)
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    a = p.parse_args()
+    gpu, dev, dtype = common.device()
+    d = a.d if gpu else 96
+    rows = [int(r) for r in a.rows.split(",")] if gpu else [4]
+    spec = hc_pre.HCPreSpec(a.n, d, 1e-6, 1e-6, 20, out_eps=1e-5)
+    names = [v for v in a.variants.split(",") if v] if gpu else list(VARIANTS)[:2]
+    for r in rows:
+        for name in names:
+            patch, iters = VARIANTS[name]
+            res = one(spec, r, patch, iters, dev, dtype)
+            print(f"rows {r:3d} {name:32s} err {res['err']:.2e} {res['us']:8.2f} us", flush=True)
+
+
+if __name__ == "__main__":
+    main()
