@@ -88,13 +88,13 @@ def main() -> None:
     p.add_argument("--rows", default="4,16,64")
     p.add_argument("--n", type=int, default=4)
     p.add_argument("--d", type=int, default=4096)
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=";".join(VARIANTS), help="names, ;-separated")
     a = p.parse_args()
     gpu, dev, dtype = common.device()
     d = a.d if gpu else 96
     rows = [int(r) for r in a.rows.split(",")] if gpu else [4]
     spec = hc_pre.HCPreSpec(a.n, d, 1e-6, 1e-6, 20, out_eps=1e-5)
-    names = [v for v in a.variants.split(",") if v] if gpu else list(VARIANTS)[:2]
+    names = [v for v in a.variants.split(";") if v] if gpu else list(VARIANTS)[:2]
     for r in rows:
         for name in names:
             patch, iters = VARIANTS[name]
