@@ -1,9 +1,10 @@
 """Time hc_pre's two-launch step (projection + a finish program a row) at the few-row decode
-shapes (2 to 64 rows: a batch of sequences, a verify step), in variants of the finish's warps
-and row tile, the wide form (projection + apply + gates) and the committed form with one
-Sinkhorn round (what its 20 rounds cost). Each variant is checked against
-`semantics.hc.hc_pre` first; on a GPU each is timed as a CUDA graph of REPS launches with X in
-L2 (as at decode, where the GEMM before the site has just written the streams).
+shapes (2 to 64 rows: a batch of sequences, a verify step), in variants of the finish (the
+"streams" form's warps and columns, the "row" form's warps and row tile), the wide form
+(projection + apply + gates), and with one Sinkhorn round (what its 20 rounds cost). Each
+variant is checked against `semantics.hc.hc_pre` first; on a GPU each is timed as a CUDA graph
+of REPS launches with X in L2 (as at decode, where the GEMM before the site has just written
+the streams).
 
     python bench/sweeps/hc_rows.py [--rows 4,16,64] [--n 4 --d 4096]"""
 
@@ -33,11 +34,14 @@ LAUNCHES = 20  # steps a graph
 # name: the hc_pre module constants it patches (and the Sinkhorn rounds, None: the spec's)
 VARIANTS = {
     "committed": ({}, None),
-    "finish 8 warps, 8192 tile": ({"FINISH_WARPS": 8, "ROW_TILE": 8192}, None),
-    "finish 4 warps, 4096 tile": ({"FINISH_WARPS": 4, "ROW_TILE": 4096}, None),
-    "finish 8 warps, 4096 tile": ({"FINISH_WARPS": 8, "ROW_TILE": 4096}, None),
-    "wide (apply + gates)": ({"WIDE_ROWS": 1}, None),
     "committed, 1 Sinkhorn round": ({}, 1),
+    "streams, 8 warps": ({"FINISH_FORM": "streams", "FEW_WARPS": 8}, None),
+    "streams, 2 warps, 2048 columns": ({"FINISH_FORM": "streams", "FEW_WARPS": 2,
+                                        "FEW_COLS": 2048}, None),
+    "row (16 warps)": ({"FINISH_FORM": "row"}, None),
+    "row, 8 warps, 4096 tile": ({"FINISH_FORM": "row", "FINISH_WARPS": 8, "ROW_TILE": 4096}, None),
+    "row, 1 Sinkhorn round": ({"FINISH_FORM": "row"}, 1),
+    "wide (apply + gates)": ({"WIDE_ROWS": 1}, None),
 }
 
 

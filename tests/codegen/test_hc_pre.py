@@ -163,6 +163,7 @@ def test_hc_pre_row_in_chunks(out: str, rows: int, monkeypatch) -> None:
     """Rows of several finish or apply chunks (the bench widths are one or two), their 12
     splits' partials summed in three rounds (the bench's take one)."""
     monkeypatch.setattr(hc_pre_emitter, "ROW_TILE", 256)
+    monkeypatch.setattr(hc_pre_emitter, "FEW_COLS", 128)
     monkeypatch.setattr(hc_pre_emitter, "SPLIT_BLOCK", 4)
     monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", WIDE)
     spec = _spec(4, 300, out)

@@ -52,6 +52,8 @@ MAX_SPLITS = 128
 SPLIT_BLOCK = MAX_SPLITS  # splits whose partials a finish sums per load: all in one round
 ROW_TILE = 16384  # X elements of one row a finish loads at once
 FINISH_WARPS = 16  # ROW_TILE / 512 threads = 32 registers each
+FINISH_FORM = "streams"  # a few-row step's finish: "row" (_finish_row) or "streams" (_few_body)
+FEW_COLS, FEW_WARPS = 4096, 4  # its y columns at once (32 registers a thread), its warps
 GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
 APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
@@ -146,9 +148,10 @@ def _partials_source() -> str:
 @triton.jit
 def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn,
               D: tl.constexpr, N: tl.constexpr, J: tl.constexpr, JP: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
-    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch. A
-    block lies in one stream, so its columns are contiguous (vector loads) at a scalar offset."""
+              BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, SS: tl.constexpr = False):
+    """This program's K blocks of m = X_flat @ fn^T for its BLOCK_T rows, to the scratch (SS:
+    with their sum(x^2) in column J). A block lies in one stream, so its columns are contiguous
+    (vector loads) at a scalar offset."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = t < rows
     t64 = t.to(tl.int64)
@@ -158,6 +161,7 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
     b_lo = tl.program_id(1) * kb_split
     b_hi = tl.minimum(b_lo + kb_split, N * KB)
     acc = tl.zeros((BLOCK_T, JP), tl.float32)  # fn rows >= J are 0
+    sq = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
 {head}        i = b // KB
         c = (b - i * KB) * BLOCK_K + kk
         cmask = c < D
@@ -165,7 +169,11 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=tmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
         w = tl.load(fn_ptr + j[:, None] * s_fn + i * D + c[None, :],
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
-{indent_block(dot, 8)}{tail}    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
+        if SS:
+            sq += x * x
+{indent_block(dot, 8)}{tail}    if SS:
+        acc = tl.where(j[None, :] == J, tl.sum(sq, axis=1)[:, None], acc)
+    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
     tl.store(part + j[None, :], acc, mask=tmask[:, None])
 '''
 
@@ -366,6 +374,42 @@ pre += HC_EPS
 {gates}{norm}{store}'''
 
 
+def _few_body(spec: HCPreSpec) -> str:
+    """A few-row step's finish of one row (FINISH_FORM "streams"): sum(x^2) from the partials
+    (the projection's column J), the gates, y = sum_i pre[i] * X[i] accumulated stream by
+    stream over FEW_COLS columns at a time (its rms with out_eps: a second pass when the row
+    is wider), then Sinkhorn cell by cell. FEW_WARPS warps: the scalar Sinkhorn rounds run
+    on every warp, so fewer warps issue them faster."""
+    cols = min(FEW_COLS, next_power_of_2(spec.d))
+    whole = cols >= spec.d
+    ys = "".join(f"y += p{i} * tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
+                 for i in range(spec.n))
+    y = f"y = tl.zeros(({cols},), tl.float32)\n" + ys
+    chunks = f"for d0 in range(0, D, {cols}):\n    d = d0 + dd\n"
+    store = "tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)\n"
+    if spec.out_eps is None:
+        ypass = ("d = dd\n" + y + store) if whole else chunks + indent_block(y + store, 4)
+    else:
+        scale = _SCALE_W if spec.out_weight else _SCALE
+        inv = "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n"
+        if whole:
+            ypass = "d = dd\n" + y + "sq = y * y\n" + inv + scale + store
+        else:
+            ypass = (f"sq = tl.zeros(({cols},), tl.float32)\n" + chunks
+                     + indent_block(y + "sq += y * y\n", 4) + inv + chunks
+                     + indent_block(y + scale + store, 4))
+    gates = "".join(f"p{i} = tl.sum(tl.where(ii == {i}, pre, 0.0), axis=0)\n"
+                    for i in range(spec.n))
+    return f'''row = tl.program_id(0).to(tl.int64)
+j = tl.arange(0, JP)
+ii = tl.arange(0, NP)
+dd = tl.arange(0, {cols})
+x_row = x_ptr + row * sx_row
+{partial_sums()}ss = tl.sum(tl.where(j == J, m, 0.0), axis=0)
+{GATES}pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
+{gates}{ypass}{comb(spec.n)}'''
+
+
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
     fused, proj, finish, gates, apply = kernel_names(name)
     consts = _constexprs(spec)
@@ -379,10 +423,12 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     row_consts = "N D J NP JP SB BLOCK_Y NORM_EPS HC_EPS ITERS".split() + ["OUT_EPS"][:len(out_eps)]
     row_args = runtime + ["ow_ptr"] * spec.out_weight + row_consts  # _finish_row's order
     partials = wrap("    _partials(", part_args, ")", 14)
-    wide = wrap("    _partials(", wide_args, ")", 14)
+    wide = wrap("    _partials(", wide_args + ["SS"], ")", 14)
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
     wait = pdl("    ")
+    finish_body = (indent_block(_few_body(spec), 4) if FINISH_FORM == "streams" else
+                   wrap("    _finish_row(", ["tl.program_id(0)"] + row_args, ")", 16))
     return f'''
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {fused}(", signature(spec) + ["count_ptr"] + consts + out_eps, "):", 8)}
@@ -398,13 +444,13 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 {rtail}
 
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {proj}(", params, "):", 8)}
+{wrap(f"def {proj}(", params + ["SS: tl.constexpr = False"], "):", 8)}
 {wait}{wide}
 
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {finish}(", params, "):", 8)}
-{wait}{wrap("    _finish_row(", ["tl.program_id(0)"] + row_args, ")", 16)}
+{wait}{finish_body}
 
 
 @triton.jit(do_not_specialize={dns})
@@ -533,9 +579,11 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
         return
-    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, num_warps=PROJ_WARPS, num_stages=PROJ_STAGES)
-    if block == BLOCK_T:
-        finish[(rows,)](*args, num_warps=FINISH_WARPS)
+    few = block == BLOCK_T
+    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, SS=few and FINISH_FORM == "streams",
+                               num_warps=PROJ_WARPS, num_stages=PROJ_STAGES)
+    if few:
+        finish[(rows,)](*args, num_warps=FEW_WARPS if FINISH_FORM == "streams" else FINISH_WARPS)
         return
     apply[(rows,)](*args, num_warps=APPLY_WARPS)
     gates[(cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)
