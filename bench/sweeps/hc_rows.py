@@ -31,6 +31,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 import common  # noqa: E402
 
 LAUNCHES = 20  # steps a graph
+SKIP = "skip finish"  # a variant's key: launch the projection alone
 # name: the hc_pre module constants it patches (and the Sinkhorn rounds, None: the spec's)
 VARIANTS = {
     "committed": ({}, None),
@@ -42,6 +43,10 @@ VARIANTS = {
     "row, 8 warps, 4096 tile": ({"FINISH_FORM": "row", "FINISH_WARPS": 8, "ROW_TILE": 4096}, None),
     "row, 1 Sinkhorn round": ({"FINISH_FORM": "row"}, 1),
     "wide (apply + gates)": ({"WIDE_ROWS": 1}, None),
+    "streams, comb first": ({"FEW_COMB_FIRST": True}, None),
+    "streams, 2048 columns": ({"FEW_COLS": 2048}, None),
+    "streams, projection alone": ({"FINISH_FORM": "streams", SKIP: True}, None),
+    "row, projection alone": ({"FINISH_FORM": "row", SKIP: True}, None),
 }
 
 
@@ -57,6 +62,13 @@ def operands(spec: hc_pre.HCPreSpec, rows: int, dev, dtype, seed: int = 0) -> di
             "comb": torch.empty((rows, n, n), device=dev)}
 
 
+class _Skip:
+    """A kernel that launches nothing (the projection timed alone)."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
 def reference(spec: hc_pre.HCPreSpec, o: dict) -> torch.Tensor:
     at = ops.HCPreAttrs(n=spec.n, norm_eps=spec.norm_eps, hc_eps=spec.hc_eps, iters=spec.iters,
                         out_eps=spec.out_eps)
@@ -67,11 +79,15 @@ def reference(spec: hc_pre.HCPreSpec, o: dict) -> torch.Tensor:
 
 def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, dtype) -> dict:
     spec = spec if iters is None else dataclasses.replace(spec, iters=iters)
+    skip = patch.get(SKIP, False)
     with contextlib.ExitStack() as stack:
         for key, value in patch.items():
-            stack.enter_context(mock.patch.object(hc_pre, key, value))
+            if key != SKIP:
+                stack.enter_context(mock.patch.object(hc_pre, key, value))
         src = hc_pre.source("sweep_hc", spec, header=f"sweep {patch} {iters}")
         kernels = tuple(load(src, k, dev) for k in hc_pre.kernel_names("sweep_hc"))
+        if skip:
+            kernels = kernels[:2] + (_Skip(),) + kernels[3:]
         part, count = hc_pre.scratch(spec, rows, dev)
         o = operands(spec, rows, dev, dtype)
 
@@ -81,7 +97,7 @@ def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, 
         issue()
         got = torch.cat([o["y"].flatten().double(), o["post"].flatten().double(),
                          o["comb"].flatten().double()])
-        err = rel_err(got, reference(spec, o))
+        err = float("nan") if skip else rel_err(got, reference(spec, o))
         us = common.graph_us(lambda: [issue() for _ in range(LAUNCHES)], LAUNCHES) \
             if dev.type == "cuda" else float("nan")
     return {"err": err, "us": us}

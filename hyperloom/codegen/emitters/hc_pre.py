@@ -54,6 +54,7 @@ ROW_TILE = 16384  # X elements of one row a finish loads at once
 FINISH_WARPS = 16  # ROW_TILE / 512 threads = 32 registers each
 FINISH_FORM = "streams"  # a few-row step's finish: "row" (_finish_row) or "streams" (_few_body)
 FEW_COLS, FEW_WARPS = 4096, 4  # its y columns at once (32 registers a thread), its warps
+FEW_COMB_FIRST = False
 GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
 APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
@@ -407,7 +408,7 @@ dd = tl.arange(0, {cols})
 x_row = x_ptr + row * sx_row
 {partial_sums()}ss = tl.sum(tl.where(j == J, m, 0.0), axis=0)
 {GATES}pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
-{gates}{ypass}{comb(spec.n)}'''
+{gates}{comb(spec.n) + ypass if FEW_COMB_FIRST else ypass + comb(spec.n)}'''
 
 
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
