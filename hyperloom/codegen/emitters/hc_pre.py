@@ -172,10 +172,12 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
                     mask=(j < J)[:, None] & cmask[None, :], other=0.0)
         if SS:
             sq += x * x
-{indent_block(dot, 8)}{tail}    if SS:
-        acc = tl.where(j[None, :] == J, tl.sum(sq, axis=1)[:, None], acc)
-    part = part_ptr + (tl.program_id(1) * rows_pad + t64)[:, None] * JP
-    tl.store(part + j[None, :], acc, mask=tmask[:, None])
+{indent_block(dot, 8)}{tail}    at = part_ptr + (tl.program_id(1) * rows_pad + t64) * JP
+    if SS:  # column J (0 in acc: fn rows >= J are 0) stored apart, in x's own layout
+        tl.store(at[:, None] + j[None, :], acc, mask=tmask[:, None] & (j != J)[None, :])
+        tl.store(at + J, tl.sum(sq, axis=1), mask=tmask)
+    else:
+        tl.store(at[:, None] + j[None, :], acc, mask=tmask[:, None])
 '''
 
 
