@@ -1,12 +1,12 @@
 """Time hc_pre's two-launch step (projection + a finish program a row) at the few-row decode
-shapes (2 to 64 rows: a batch of sequences, a verify step), in variants of the finish (the
+shapes (2 to 256 rows: a batch of sequences, a verify step), in variants of the finish (the
 "streams" form's warps and columns, the "row" form's warps and row tile), the wide form
-(projection + apply + gates), and with one Sinkhorn round (what its 20 rounds cost). Each
-variant is checked against `semantics.hc.hc_pre` first; on a GPU each is timed as a CUDA graph
-of REPS launches with X in L2 (as at decode, where the GEMM before the site has just written
-the streams).
+(projection + apply + gates), the projection alone, and with one Sinkhorn round (what its 20
+rounds cost). Each variant is checked against `semantics.hc.hc_pre` first; on a GPU each is
+timed as a CUDA graph of LAUNCHES steps with X in L2 (as at decode, where the GEMM before the
+site has just written the streams).
 
-    python bench/sweeps/hc_rows.py [--rows 4,16,64] [--n 4 --d 4096]"""
+    python bench/sweeps/hc_rows.py [--rows 2,16,64,256] [--n 4 --d 4096] [--variants A;B]"""
 
 from __future__ import annotations
 
@@ -36,17 +36,16 @@ SKIP = "skip finish"  # a variant's key: launch the projection alone
 VARIANTS = {
     "committed": ({}, None),
     "committed, 1 Sinkhorn round": ({}, 1),
-    "streams, 8 warps": ({"FINISH_FORM": "streams", "FEW_WARPS": 8}, None),
-    "streams, 2 warps, 2048 columns": ({"FINISH_FORM": "streams", "FEW_WARPS": 2,
-                                        "FEW_COLS": 2048}, None),
-    "row (16 warps)": ({"FINISH_FORM": "row"}, None),
-    "row, 8 warps, 4096 tile": ({"FINISH_FORM": "row", "FINISH_WARPS": 8, "ROW_TILE": 4096}, None),
-    "row, 1 Sinkhorn round": ({"FINISH_FORM": "row"}, 1),
-    "wide (apply + gates)": ({"WIDE_ROWS": 1}, None),
-    "streams, comb first": ({"FEW_COMB_FIRST": True}, None),
+    "streams at every row count": ({"FEW_ROWS": 512}, None),
+    "streams, 8 warps": ({"FEW_WARPS": 8}, None),
     "streams, 2048 columns": ({"FEW_COLS": 2048}, None),
-    "streams, projection alone": ({"FINISH_FORM": "streams", SKIP: True}, None),
-    "row, projection alone": ({"FINISH_FORM": "row", SKIP: True}, None),
+    "row (16 warps, 16384 elements)": ({"FEW_ROWS": 0, "FINISH_WARPS": 16, "FINISH_TILE": 16384},
+                                       None),
+    "row, 8 warps, 4096 elements": ({"FEW_ROWS": 0}, None),
+    "row, 1 Sinkhorn round": ({"FEW_ROWS": 0}, 1),
+    "wide (apply + gates)": ({"WIDE_ROWS": 1}, None),
+    "projection alone": ({SKIP: True}, None),
+    "row, projection alone": ({"FEW_ROWS": 0, SKIP: True}, None),
 }
 
 
@@ -105,7 +104,7 @@ def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--rows", default="4,16,64")
+    p.add_argument("--rows", default="2,16,64,256")
     p.add_argument("--n", type=int, default=4)
     p.add_argument("--d", type=int, default=4096)
     p.add_argument("--variants", default=";".join(VARIANTS), help="names, ;-separated")

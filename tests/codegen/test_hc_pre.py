@@ -1,7 +1,8 @@
 """The mHC pre-site emitter against semantics.hc.hc_pre (fp64): n = 4 and n = 2, 20 Sinkhorn
 iterations, widths that are not powers of two (one and several K blocks per stream), 1 to 70 rows
-(the one launch; projection + finish at 5 rows; projection + gates + apply, WIDE_ROWS lowered to
-32, at 33 and 70 rows: one and two projection row blocks), with and without the folded site
+(the one launch; projection + finish in the streams form at 5 rows and the row form at 20;
+projection + gates + apply, WIDE_ROWS lowered to 32, at 33 and 70 rows: one and two projection
+row blocks), with and without the folded site
 norm, rows in one or several chunks, row-strided X and y, rows past `rows` untouched. CPU:
 Triton's interpreter in fp32; GPU (`gpu` mark): bf16 fn at D = 4096 and 6144 on the H200,
 relative error."""
@@ -91,7 +92,7 @@ OUTS = ["", "norm", "weight"]
 
 
 @pytest.mark.parametrize("n,d", [(4, 300), (2, 200)])
-@pytest.mark.parametrize("rows", [1, 3, 5, 33, 70])
+@pytest.mark.parametrize("rows", [1, 3, 5, 20, 33, 70])
 @pytest.mark.parametrize("sms", [132, 1])  # 1: fewer splits than K blocks, several per split
 @pytest.mark.parametrize("out", OUTS)
 def test_hc_pre(n: int, d: int, rows: int, sms: int, out: str, monkeypatch) -> None:
@@ -158,12 +159,13 @@ def test_wide_projection_runs_in_one_wave(rows: int) -> None:
 
 
 @pytest.mark.parametrize("out", OUTS)
-@pytest.mark.parametrize("rows", [5, 40])  # the finish, the apply
+@pytest.mark.parametrize("rows", [5, 20, 40])  # the finish's two forms, the apply
 def test_hc_pre_row_in_chunks(out: str, rows: int, monkeypatch) -> None:
     """Rows of several finish or apply chunks (the bench widths are one or two), their 12
     splits' partials summed in three rounds (the bench's take one)."""
     monkeypatch.setattr(hc_pre_emitter, "ROW_TILE", 256)
     monkeypatch.setattr(hc_pre_emitter, "FEW_COLS", 128)
+    monkeypatch.setattr(hc_pre_emitter, "FINISH_TILE", 256)
     monkeypatch.setattr(hc_pre_emitter, "SPLIT_BLOCK", 4)
     monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", WIDE)
     spec = _spec(4, 300, out)

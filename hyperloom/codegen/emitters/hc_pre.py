@@ -50,11 +50,18 @@ PROJ_RESIDENT = 2  # of those, programs a multiprocessor runs at once (H200: 256
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = MAX_SPLITS  # splits whose partials a finish sums per load: all in one round
-ROW_TILE = 16384  # X elements of one row a finish loads at once
-FINISH_WARPS = 16  # ROW_TILE / 512 threads = 32 registers each
-FINISH_FORM = "streams"  # a few-row step's finish: "row" (_finish_row) or "streams" (_few_body)
-FEW_COLS, FEW_WARPS = 4096, 4  # its y columns at once (32 registers a thread), its warps
-FEW_COMB_FIRST = False
+ROW_TILE = 16384  # X elements of one row the one launch's finish loads at once
+# a finish program a row (2 to WIDE_ROWS rows). Up to FEW_ROWS rows (one projection row block)
+# the "streams" form (`_few_body`: sum(x^2) from the projection, FEW_WARPS warps, y over
+# FEW_COLS columns at once); more rows, `_finish_row` at FINISH_WARPS warps over FINISH_TILE
+# X elements at once. H100, the step (projection + finish) at D = 4096, n = 4, µs at 2 / 16 /
+# 64 / 256 rows: streams 8.2 / 8.7 / 13.2 / 24.6, the row form at 8 warps and 4096 elements
+# 10.0 / 10.2 / 11.9 / 21.9, at 16 warps and 16384 (before) 12.8 / 12.9 / 14.7; its 20
+# Sinkhorn rounds cost the 16-warp form 5.5 us (every warp issues the scalar rounds) and the
+# streams form 1.8. The projection's sum(x^2) costs it 0.3 us at one row block, 3 at four.
+FEW_ROWS = BLOCK_T
+FEW_COLS, FEW_WARPS = 4096, 4  # 32 registers a thread for a stream's columns, 32 for y's
+FINISH_TILE, FINISH_WARPS = 4096, 8
 GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
 APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
@@ -378,7 +385,7 @@ pre += HC_EPS
 
 
 def _few_body(spec: HCPreSpec) -> str:
-    """A few-row step's finish of one row (FINISH_FORM "streams"): sum(x^2) from the partials
+    """A few-row step's finish of one row in the streams form: sum(x^2) from the partials
     (the projection's column J), the gates, y = sum_i pre[i] * X[i] accumulated stream by
     stream over FEW_COLS columns at a time (its rms with out_eps: a second pass when the row
     is wider), then Sinkhorn cell by cell. FEW_WARPS warps: the scalar Sinkhorn rounds run
@@ -410,7 +417,7 @@ dd = tl.arange(0, {cols})
 x_row = x_ptr + row * sx_row
 {partial_sums()}ss = tl.sum(tl.where(j == J, m, 0.0), axis=0)
 {GATES}pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
-{gates}{comb(spec.n) + ypass if FEW_COMB_FIRST else ypass + comb(spec.n)}'''
+{gates}{ypass}{comb(spec.n)}'''
 
 
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
@@ -430,8 +437,8 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
     wait = pdl("    ")
-    finish_body = (indent_block(_few_body(spec), 4) if FINISH_FORM == "streams" else
-                   wrap("    _finish_row(", ["tl.program_id(0)"] + row_args, ")", 16))
+    finish_body = ("    if FEW:\n" + indent_block(_few_body(spec), 8) + "    else:\n"
+                   + wrap("        _finish_row(", ["tl.program_id(0)"] + row_args, ")", 20))
     return f'''
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {fused}(", signature(spec) + ["count_ptr"] + consts + out_eps, "):", 8)}
@@ -452,7 +459,7 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 
 @triton.jit(do_not_specialize={dns})
-{wrap(f"def {finish}(", params, "):", 8)}
+{wrap(f"def {finish}(", params + ["FEW: tl.constexpr = False"], "):", 8)}
 {wait}{finish_body}
 
 
@@ -582,11 +589,15 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
         return
-    few = block == BLOCK_T
-    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, SS=few and FINISH_FORM == "streams",
-                               num_warps=PROJ_WARPS, num_stages=PROJ_STAGES)
+    few = block == BLOCK_T and rows <= FEW_ROWS
+    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, SS=few, num_warps=PROJ_WARPS,
+                               num_stages=PROJ_STAGES)
     if few:
-        finish[(rows,)](*args, num_warps=FEW_WARPS if FINISH_FORM == "streams" else FINISH_WARPS)
+        finish[(rows,)](*args, FEW=True, num_warps=FEW_WARPS)
+        return
+    if block == BLOCK_T:
+        tile = max(16, min(FINISH_TILE // _blocks(spec)["NP"], next_power_of_2(spec.d)))
+        finish[(rows,)](*args, BLOCK_Y=tile, num_warps=FINISH_WARPS)
         return
     apply[(rows,)](*args, num_warps=APPLY_WARPS)
     gates[(cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)
