@@ -107,10 +107,12 @@ def _blocks(spec: HCPreSpec) -> dict[str, int]:
         "JP": max(16, next_power_of_2(j + 1)),  # column J: sum(x^2); tl.dot N >= 16
         "BLOCK_K": max(16, min(128, d2)),
         "BLOCK_Y": max(16, min(ROW_TILE // np2, d2)),  # X columns a finish loads at once
+        "BLOCK_F": max(16, min(FINISH_TILE // np2, d2)),  # and a few-row step's, in the row form
     }
 
 
-_CONSTS = ("N", "D", "J", "NP", "JP", "BLOCK_T", "BLOCK_P", "BLOCK_K", "BLOCK_Y", "SB", "RB", "SG",
+_CONSTS = ("N", "D", "J", "NP", "JP", "BLOCK_T", "BLOCK_P", "BLOCK_K", "BLOCK_Y", "BLOCK_F", "SB",
+           "RB", "SG",
            "NORM_EPS", "HC_EPS", "ITERS")
 _SIG = ["x_ptr", "fn_ptr", "base_ptr", "scale_ptr", "y_ptr", "post_ptr", "comb_ptr", "part_ptr",
         "rows", "rows_pad", "splits", "kb_split", "sx_row", "sx_stream", "s_fn", "sy_row",
@@ -130,7 +132,8 @@ def _constexprs(spec: HCPreSpec) -> list[str]:
     b = _blocks(spec)
     vals = {"N": spec.n, "D": spec.d, "J": b["J"], "NP": b["NP"], "JP": b["JP"],
             "BLOCK_T": BLOCK_T, "BLOCK_P": PROJ_ROWS, "BLOCK_K": b["BLOCK_K"],
-            "BLOCK_Y": b["BLOCK_Y"], "SB": SPLIT_BLOCK, "RB": GATE_ROWS, "SG": GATE_SPLITS,
+            "BLOCK_Y": b["BLOCK_Y"], "BLOCK_F": b["BLOCK_F"], "SB": SPLIT_BLOCK, "RB": GATE_ROWS,
+            "SG": GATE_SPLITS,
             "NORM_EPS": spec.norm_eps, "HC_EPS": spec.hc_eps, "ITERS": spec.iters}
     return [f"{k}: tl.constexpr = {vals[k]!r}" for k in _CONSTS]
 
@@ -199,10 +202,11 @@ def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
     return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{indent_block(load + body, 4)}"
 
 
-def finish_source(spec: HCPreSpec) -> str:
-    """The `_finish_row` helper (a GEMM that finishes the site it feeds includes it too)."""
+def finish_source(spec: HCPreSpec, name: str = "_finish_row", block: str = "BLOCK_Y") -> str:
+    """The `_finish_row` helper (a GEMM that finishes the site it feeds includes it too), or
+    another `name` for X columns `_blocks(spec)[block]` at once (passed as its BLOCK_Y)."""
     # passes over X: sum(x^2) for the stream norm, sum(y^2) for out_eps, then y
-    whole = _blocks(spec)["BLOCK_Y"] >= spec.d  # the row is one register tile: one X read
+    whole = _blocks(spec)[block] >= spec.d  # the row is one register tile: one X read
     y = "y = tl.sum(pre[:, None] * x, axis=0)\n"
     load = "d = dd\n" + _LOAD_X if whole else ""
     head = (load + "sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
@@ -231,7 +235,7 @@ pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + H
 {comb(spec.n)}'''
     return f'''
 @triton.jit
-def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
+def {name}(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
                 splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i,{ow}
                 N: tl.constexpr, D: tl.constexpr, J: tl.constexpr, NP: tl.constexpr,
                 JP: tl.constexpr, SB: tl.constexpr, BLOCK_Y: tl.constexpr,
@@ -438,7 +442,8 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
     wait = pdl("    ")
     finish_body = ("    if FEW:\n" + indent_block(_few_body(spec), 8) + "    else:\n"
-                   + wrap("        _finish_row(", ["tl.program_id(0)"] + row_args, ")", 20))
+                   + wrap("        _finish_tiled(", ["tl.program_id(0)"]
+                          + [a if a != "BLOCK_Y" else "BLOCK_F" for a in row_args], ")", 20))
     return f'''
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {fused}(", signature(spec) + ["count_ptr"] + consts + out_eps, "):", 8)}
@@ -492,7 +497,8 @@ def {parts_name(name)}(x_ptr, fn_ptr, part_ptr, parts_ptr, sx_stream, s_fn, BLOC
 
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
     return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
-            f"{_partials_source()}\n{finish_source(spec)}\n{_kernels_source(name, spec)}\n"
+            f"{_partials_source()}\n{finish_source(spec)}\n"
+            f"{finish_source(spec, '_finish_tiled', 'BLOCK_F')}\n{_kernels_source(name, spec)}\n"
             f"{_parts_source(name, spec)}")
 
 
@@ -596,8 +602,7 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
         finish[(rows,)](*args, FEW=True, num_warps=FEW_WARPS)
         return
     if block == BLOCK_T:
-        tile = max(16, min(FINISH_TILE // _blocks(spec)["NP"], next_power_of_2(spec.d)))
-        finish[(rows,)](*args, BLOCK_Y=tile, num_warps=FINISH_WARPS)
+        finish[(rows,)](*args, num_warps=FINISH_WARPS)
         return
     apply[(rows,)](*args, num_warps=APPLY_WARPS)
     gates[(cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)

@@ -236,15 +236,197 @@ def _finish_row(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part
     tl.store(cz + 3 * scomb_i + 3, c33)
 
 
+@triton.jit
+def _finish_tiled(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr, rows_pad,
+                splits, sx_row, sx_stream, sy_row, spost_row, scomb_row, scomb_i,
+                N: tl.constexpr, D: tl.constexpr, J: tl.constexpr, NP: tl.constexpr,
+                JP: tl.constexpr, SB: tl.constexpr, BLOCK_Y: tl.constexpr,
+                NORM_EPS: tl.constexpr, HC_EPS: tl.constexpr, ITERS: tl.constexpr,
+                OUT_EPS: tl.constexpr):
+    """One row: partials -> gates -> Sinkhorn -> post, comb, y."""
+    row = row.to(tl.int64)
+    j = tl.arange(0, JP)
+    ii = tl.arange(0, NP)
+    dd = tl.arange(0, BLOCK_Y)
+    smask = (ii < N)[:, None]  # padded streams read zeros
+    x_row = x_ptr + row * sx_row + ii[:, None] * sx_stream
+    m = tl.zeros((JP,), tl.float32)
+    sb = tl.arange(0, SB)
+    for s0 in range(0, splits, SB):
+        s = s0 + sb
+        m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + j[None, :],
+                            mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
+    d = dd
+    x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    sq += tl.sum(x * x, axis=0)
+    ss = tl.sum(sq, axis=0)
+    # rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
+    sc = tl.where(j < N, tl.load(scale_ptr), tl.where(j < 2 * N, tl.load(scale_ptr + 1),
+                                                       tl.load(scale_ptr + 2)))
+    z = m * tl.rsqrt(ss / (N * D) + NORM_EPS) * sc + tl.load(base_ptr + j, mask=j < J, other=0.0)
+    sig = tl.sigmoid(z)
+    tl.store(post_ptr + row * spost_row + (j - N), 2.0 * sig, mask=(j >= N) & (j < 2 * N))
+
+    # register tensors cannot be sliced: pick columns out with one-hot masked sums
+    pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
+    sq = tl.zeros((BLOCK_Y,), tl.float32)
+    y = tl.sum(pre[:, None] * x, axis=0)
+    sq += y * y
+    inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)
+    y = y * inv
+    tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)
+
+    # the comb logits parked in the row's comb and read back as scalars: Sinkhorn cell by cell,
+    # no cross-thread reductions (as [NP, NP] tiles, two a half-step)
+    cz = comb_ptr + row * scomb_row
+    ab = j - 2 * N
+    tl.store(cz + (ab // N) * scomb_i + ab % N, z, mask=(j >= 2 * N) & (j < J))
+    tl.debug_barrier()  # every thread's logits are stored before any is read
+    l00 = tl.load(cz + 0 * scomb_i + 0)
+    l01 = tl.load(cz + 0 * scomb_i + 1)
+    l02 = tl.load(cz + 0 * scomb_i + 2)
+    l03 = tl.load(cz + 0 * scomb_i + 3)
+    l10 = tl.load(cz + 1 * scomb_i + 0)
+    l11 = tl.load(cz + 1 * scomb_i + 1)
+    l12 = tl.load(cz + 1 * scomb_i + 2)
+    l13 = tl.load(cz + 1 * scomb_i + 3)
+    l20 = tl.load(cz + 2 * scomb_i + 0)
+    l21 = tl.load(cz + 2 * scomb_i + 1)
+    l22 = tl.load(cz + 2 * scomb_i + 2)
+    l23 = tl.load(cz + 2 * scomb_i + 3)
+    l30 = tl.load(cz + 3 * scomb_i + 0)
+    l31 = tl.load(cz + 3 * scomb_i + 1)
+    l32 = tl.load(cz + 3 * scomb_i + 2)
+    l33 = tl.load(cz + 3 * scomb_i + 3)
+    mx = tl.maximum(tl.maximum(l00, l01), tl.maximum(l02, l03))
+    e00 = tl.exp(l00 - mx)
+    e01 = tl.exp(l01 - mx)
+    e02 = tl.exp(l02 - mx)
+    e03 = tl.exp(l03 - mx)
+    sk = 1.0 / (e00 + e01 + e02 + e03)
+    c00 = e00 * sk + HC_EPS
+    c01 = e01 * sk + HC_EPS
+    c02 = e02 * sk + HC_EPS
+    c03 = e03 * sk + HC_EPS
+    mx = tl.maximum(tl.maximum(l10, l11), tl.maximum(l12, l13))
+    e10 = tl.exp(l10 - mx)
+    e11 = tl.exp(l11 - mx)
+    e12 = tl.exp(l12 - mx)
+    e13 = tl.exp(l13 - mx)
+    sk = 1.0 / (e10 + e11 + e12 + e13)
+    c10 = e10 * sk + HC_EPS
+    c11 = e11 * sk + HC_EPS
+    c12 = e12 * sk + HC_EPS
+    c13 = e13 * sk + HC_EPS
+    mx = tl.maximum(tl.maximum(l20, l21), tl.maximum(l22, l23))
+    e20 = tl.exp(l20 - mx)
+    e21 = tl.exp(l21 - mx)
+    e22 = tl.exp(l22 - mx)
+    e23 = tl.exp(l23 - mx)
+    sk = 1.0 / (e20 + e21 + e22 + e23)
+    c20 = e20 * sk + HC_EPS
+    c21 = e21 * sk + HC_EPS
+    c22 = e22 * sk + HC_EPS
+    c23 = e23 * sk + HC_EPS
+    mx = tl.maximum(tl.maximum(l30, l31), tl.maximum(l32, l33))
+    e30 = tl.exp(l30 - mx)
+    e31 = tl.exp(l31 - mx)
+    e32 = tl.exp(l32 - mx)
+    e33 = tl.exp(l33 - mx)
+    sk = 1.0 / (e30 + e31 + e32 + e33)
+    c30 = e30 * sk + HC_EPS
+    c31 = e31 * sk + HC_EPS
+    c32 = e32 * sk + HC_EPS
+    c33 = e33 * sk + HC_EPS
+    sk = 1.0 / (c00 + c10 + c20 + c30 + HC_EPS)
+    c00 = c00 * sk
+    c10 = c10 * sk
+    c20 = c20 * sk
+    c30 = c30 * sk
+    sk = 1.0 / (c01 + c11 + c21 + c31 + HC_EPS)
+    c01 = c01 * sk
+    c11 = c11 * sk
+    c21 = c21 * sk
+    c31 = c31 * sk
+    sk = 1.0 / (c02 + c12 + c22 + c32 + HC_EPS)
+    c02 = c02 * sk
+    c12 = c12 * sk
+    c22 = c22 * sk
+    c32 = c32 * sk
+    sk = 1.0 / (c03 + c13 + c23 + c33 + HC_EPS)
+    c03 = c03 * sk
+    c13 = c13 * sk
+    c23 = c23 * sk
+    c33 = c33 * sk
+    for _ in range(ITERS - 1):
+        sk = 1.0 / (c00 + c01 + c02 + c03 + HC_EPS)
+        c00 = c00 * sk
+        c01 = c01 * sk
+        c02 = c02 * sk
+        c03 = c03 * sk
+        sk = 1.0 / (c10 + c11 + c12 + c13 + HC_EPS)
+        c10 = c10 * sk
+        c11 = c11 * sk
+        c12 = c12 * sk
+        c13 = c13 * sk
+        sk = 1.0 / (c20 + c21 + c22 + c23 + HC_EPS)
+        c20 = c20 * sk
+        c21 = c21 * sk
+        c22 = c22 * sk
+        c23 = c23 * sk
+        sk = 1.0 / (c30 + c31 + c32 + c33 + HC_EPS)
+        c30 = c30 * sk
+        c31 = c31 * sk
+        c32 = c32 * sk
+        c33 = c33 * sk
+        sk = 1.0 / (c00 + c10 + c20 + c30 + HC_EPS)
+        c00 = c00 * sk
+        c10 = c10 * sk
+        c20 = c20 * sk
+        c30 = c30 * sk
+        sk = 1.0 / (c01 + c11 + c21 + c31 + HC_EPS)
+        c01 = c01 * sk
+        c11 = c11 * sk
+        c21 = c21 * sk
+        c31 = c31 * sk
+        sk = 1.0 / (c02 + c12 + c22 + c32 + HC_EPS)
+        c02 = c02 * sk
+        c12 = c12 * sk
+        c22 = c22 * sk
+        c32 = c32 * sk
+        sk = 1.0 / (c03 + c13 + c23 + c33 + HC_EPS)
+        c03 = c03 * sk
+        c13 = c13 * sk
+        c23 = c23 * sk
+        c33 = c33 * sk
+    tl.store(cz + 0 * scomb_i + 0, c00)
+    tl.store(cz + 0 * scomb_i + 1, c01)
+    tl.store(cz + 0 * scomb_i + 2, c02)
+    tl.store(cz + 0 * scomb_i + 3, c03)
+    tl.store(cz + 1 * scomb_i + 0, c10)
+    tl.store(cz + 1 * scomb_i + 1, c11)
+    tl.store(cz + 1 * scomb_i + 2, c12)
+    tl.store(cz + 1 * scomb_i + 3, c13)
+    tl.store(cz + 2 * scomb_i + 0, c20)
+    tl.store(cz + 2 * scomb_i + 1, c21)
+    tl.store(cz + 2 * scomb_i + 2, c22)
+    tl.store(cz + 2 * scomb_i + 3, c23)
+    tl.store(cz + 3 * scomb_i + 0, c30)
+    tl.store(cz + 3 * scomb_i + 1, c31)
+    tl.store(cz + 3 * scomb_i + 2, c32)
+    tl.store(cz + 3 * scomb_i + 3, c33)
+
+
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
 def k01_hc_pre_l0_hc_attn_fn(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
         part_ptr, rows, rows_pad, splits, kb_split, sx_row, sx_stream, s_fn, sy_row, spost_row,
         scomb_row, scomb_i, count_ptr, N: tl.constexpr = 4, D: tl.constexpr = 64,
         J: tl.constexpr = 24, NP: tl.constexpr = 4, JP: tl.constexpr = 32,
         BLOCK_T: tl.constexpr = 16, BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64,
-        BLOCK_Y: tl.constexpr = 64, SB: tl.constexpr = 128, RB: tl.constexpr = 16,
-        SG: tl.constexpr = 16, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
-        ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
+        BLOCK_Y: tl.constexpr = 64, BLOCK_F: tl.constexpr = 64, SB: tl.constexpr = 128,
+        RB: tl.constexpr = 16, SG: tl.constexpr = 16, NORM_EPS: tl.constexpr = 1e-05,
+        HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
               JP, BLOCK_T, BLOCK_K)
@@ -268,9 +450,9 @@ def k01_hc_pre_l0_hc_attn_fn_proj(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, pos
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
-        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05, SS: tl.constexpr = False):
+        BLOCK_F: tl.constexpr = 64, SB: tl.constexpr = 128, RB: tl.constexpr = 16,
+        SG: tl.constexpr = 16, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
+        ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05, SS: tl.constexpr = False):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stream, s_fn, D, N, J,
               JP, BLOCK_P, BLOCK_K, SS)
@@ -282,9 +464,9 @@ def k01_hc_pre_l0_hc_attn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, p
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
-        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05, FEW: tl.constexpr = False):
+        BLOCK_F: tl.constexpr = 64, SB: tl.constexpr = 128, RB: tl.constexpr = 16,
+        SG: tl.constexpr = 16, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
+        ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05, FEW: tl.constexpr = False):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     if FEW:
         row = tl.program_id(0).to(tl.int64)
@@ -460,9 +642,9 @@ def k01_hc_pre_l0_hc_attn_fn_finish(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, p
         tl.store(cz + 3 * scomb_i + 2, c32)
         tl.store(cz + 3 * scomb_i + 3, c33)
     else:
-        _finish_row(tl.program_id(0), x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
+        _finish_tiled(tl.program_id(0), x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr,
                     part_ptr, rows_pad, splits, sx_row, sx_stream, sy_row, spost_row, scomb_row,
-                    scomb_i, N, D, J, NP, JP, SB, BLOCK_Y, NORM_EPS, HC_EPS, ITERS, OUT_EPS)
+                    scomb_i, N, D, J, NP, JP, SB, BLOCK_F, NORM_EPS, HC_EPS, ITERS, OUT_EPS)
 
 
 @triton.jit(do_not_specialize=["rows", "rows_pad", "splits", "kb_split"])
@@ -471,9 +653,9 @@ def k01_hc_pre_l0_hc_attn_fn_gates(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
-        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05):
+        BLOCK_F: tl.constexpr = 64, SB: tl.constexpr = 128, RB: tl.constexpr = 16,
+        SG: tl.constexpr = 16, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
+        ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     t0 = tl.program_id(0) * RB
     flat = tl.arange(0, RB * JP)
@@ -641,9 +823,9 @@ def k01_hc_pre_l0_hc_attn_fn_apply(x_ptr, fn_ptr, base_ptr, scale_ptr, y_ptr, po
         scomb_row, scomb_i, N: tl.constexpr = 4, D: tl.constexpr = 64, J: tl.constexpr = 24,
         NP: tl.constexpr = 4, JP: tl.constexpr = 32, BLOCK_T: tl.constexpr = 16,
         BLOCK_P: tl.constexpr = 64, BLOCK_K: tl.constexpr = 64, BLOCK_Y: tl.constexpr = 64,
-        SB: tl.constexpr = 128, RB: tl.constexpr = 16, SG: tl.constexpr = 16,
-        NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06, ITERS: tl.constexpr = 20,
-        OUT_EPS: tl.constexpr = 1e-05):
+        BLOCK_F: tl.constexpr = 64, SB: tl.constexpr = 128, RB: tl.constexpr = 16,
+        SG: tl.constexpr = 16, NORM_EPS: tl.constexpr = 1e-05, HC_EPS: tl.constexpr = 1e-06,
+        ITERS: tl.constexpr = 20, OUT_EPS: tl.constexpr = 1e-05):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     row = tl.program_id(0).to(tl.int64)
     dd = tl.arange(0, BLOCK_Y)
