@@ -1,6 +1,7 @@
 """GLM-5.3-Flash's first 4 layers prefill 2048 tokens in one step with every row's logits and
-with the last row's only (`prefill(..., logits="last")`: the LM head on one copied row). Checks that the kept row matches the full prefill's last, then prints the
-median of each step (CUDA events, the same engine and prompt). Run from the repository root:
+with the last row's only (`prefill(..., logits="last")`: the LM head on one copied row).
+Checks that the kept row matches the full prefill's last, then prints the median of each step
+(CUDA events, the same engine and prompt). Run from the repository root:
 `PYTHONPATH=. python3 bench/sweeps/last_logits.py [N]`."""
 
 from __future__ import annotations
