@@ -264,3 +264,20 @@ def test_wide_apply_keeps_two_programs_a_multiprocessor(tmp_path) -> None:
                  hc_pre.PROJ_STAGES, strides)
     assert proj["spill_bytes"] == 0 and proj["async_copies"] > 0, proj
     print(apply, proj)
+
+
+@pytest.mark.parametrize("few", [True, False])
+def test_few_row_finish_does_not_spill(few: bool, tmp_path) -> None:
+    """hc_pre's finish of 2 to WIDE_ROWS rows at llama bench's site, in the streams form (up
+    to FEW_ROWS rows, FEW_WARPS warps) and the row form (FINISH_WARPS warps): no spills."""
+    with overrides(interpret=False):
+        source = hc_pre.source("probe", LLAMA_SITE)
+    types = {n: "*fp32" for n in ("x_ptr", "base_ptr", "scale_ptr", "post_ptr", "comb_ptr",
+                                  "part_ptr")}
+    types |= {"fn_ptr": "*bf16", "y_ptr": "*bf16"}
+    types |= {n: "i32" for n in hc_pre.signature(LLAMA_SITE) if not n.endswith("_ptr")}
+    warps = hc_pre.FEW_WARPS if few else hc_pre.FINISH_WARPS
+    k = _sm90(tmp_path, source, "probe_finish", types, {"FEW": few}, warps, 1,
+              ("sx_row", "sx_stream", "s_fn", "sy_row"))
+    assert k["spill_bytes"] == 0, k
+    print(k)
