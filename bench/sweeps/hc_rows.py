@@ -31,6 +31,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 import common  # noqa: E402
 
 LAUNCHES = 20  # steps a graph
+WIDE_ROWS = 512  # the GPU's hc_pre.WIDE_ROWS (the interpreter's is 1: it takes the wide form)
 SKIP = "skip finish"  # a variant's key: launch the projection alone
 # name: the hc_pre module constants it patches (and the Sinkhorn rounds, None: the spec's)
 VARIANTS = {
@@ -102,23 +103,25 @@ def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, 
     return {"err": err, "us": us}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser()
-    p.add_argument("--rows", default="2,16,64,256")
+    p.add_argument("--rows", default=None, help="GPU: 2,16,64,256; CPU: 4,20")
     p.add_argument("--n", type=int, default=4)
-    p.add_argument("--d", type=int, default=4096)
+    p.add_argument("--d", type=int, default=4096, help="GPU only (the CPU's is 96)")
     p.add_argument("--variants", default=";".join(VARIANTS), help="names, ;-separated")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     gpu, dev, dtype = common.device()
     d = a.d if gpu else 96
-    rows = [int(r) for r in a.rows.split(",")] if gpu else [4]
+    rows = [int(r) for r in (a.rows or ("2,16,64,256" if gpu else "4,20")).split(",")]
     spec = hc_pre.HCPreSpec(a.n, d, 1e-6, 1e-6, 20, out_eps=1e-5)
-    names = [v for v in a.variants.split(";") if v] if gpu else list(VARIANTS)[:2]
+    results = []
     for r in rows:
-        for name in names:
+        for name in (v for v in a.variants.split(";") if v):
             patch, iters = VARIANTS[name]
-            res = one(spec, r, patch, iters, dev, dtype)
+            res = one(spec, r, {"WIDE_ROWS": WIDE_ROWS} | patch, iters, dev, dtype)
             print(f"rows {r:3d} {name:32s} err {res['err']:.2e} {res['us']:8.2f} us", flush=True)
+            results.append(res | {"rows": r, "variant": name})
+    return results
 
 
 if __name__ == "__main__":

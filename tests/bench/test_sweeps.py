@@ -172,3 +172,16 @@ def test_dsa_indexer_variants_are_checked(tmp_path) -> None:
                           '"tl.store(sc_ptr + r * ssc + j, sc, mask=jm & (j < 8))")]')
     with pytest.raises(AgreementError, match="selection"):
         module.main(["committed", short, "--batch", "2"])
+
+
+def test_hc_finish_forms_are_checked() -> None:
+    """bench/sweeps/hc_rows.py on the CPU: both finish forms (4 rows: the streams form; 20: the
+    row form) and the wide form match `semantics.hc.hc_pre`, and the projection alone is not
+    checked (it finishes nothing)."""
+    names = ["committed", "row (16 warps, 16384 elements)", "wide (apply + gates)",
+             "projection alone"]
+    got = _sweep("hc_rows").main(["--variants", ";".join(names)])
+    assert len(got) == 2 * len(names), got
+    for r in got:
+        ok = r["err"] != r["err"] if r["variant"] == "projection alone" else r["err"] < 1e-5
+        assert ok, r
