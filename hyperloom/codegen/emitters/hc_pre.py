@@ -17,7 +17,9 @@ norm weight ow with out_weight).
 {name}: _partials, then a ticket from the row block's counter; the last program resets it (for
 the next launch and CUDA-graph replays) and finishes the live rows in turn. Decode's one launch.
 {name}_proj + {name}_finish (grid (rows,)): the same work for a few rows, every row finished by
-its own program in parallel.
+its own program in parallel: up to FEW_ROWS rows in the streams form (`_few_body`: the
+projection also writes sum(x^2), y is summed stream by stream at FEW_WARPS), more in the row
+form (`_finish_tiled`, `_finish_row`'s text over FINISH_TILE-element tiles).
 {name}_proj + {name}_apply + {name}_gates: many rows. The projection runs in one wave of
 programs; the apply streams one X row a program, takes sum(x^2) and the n pre gates from it and
 the row's partials, writes y (a read-reduce-write whose only serial math is n sigmoids) and
@@ -388,30 +390,32 @@ pre += HC_EPS
 {gates}{norm}{store}'''
 
 
-def _few_body(spec: HCPreSpec) -> str:
-    """A few-row step's finish of one row in the streams form: sum(x^2) from the partials
-    (the projection's column J), the gates, y = sum_i pre[i] * X[i] accumulated stream by
-    stream over FEW_COLS columns at a time (its rms with out_eps: a second pass when the row
-    is wider), then Sinkhorn cell by cell. FEW_WARPS warps: the scalar Sinkhorn rounds run
-    on every warp, so fewer warps issue them faster."""
-    cols = min(FEW_COLS, next_power_of_2(spec.d))
+def _few_y(spec: HCPreSpec, cols: int) -> str:
+    """The streams form's y = sum_i p{i} * X[i] over `cols` columns at a time, stream by stream
+    (its rms with out_eps: over a second pass when the row is wider than `cols`), stored."""
     whole = cols >= spec.d
-    ys = "".join(f"y += p{i} * tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
-                 for i in range(spec.n))
-    y = f"y = tl.zeros(({cols},), tl.float32)\n" + ys
+    y = f"y = tl.zeros(({cols},), tl.float32)\n" + "".join(
+        f"y += p{i} * tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
+        for i in range(spec.n))
     chunks = f"for d0 in range(0, D, {cols}):\n    d = d0 + dd\n"
     store = "tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)\n"
     if spec.out_eps is None:
-        ypass = ("d = dd\n" + y + store) if whole else chunks + indent_block(y + store, 4)
-    else:
-        scale = _SCALE_W if spec.out_weight else _SCALE
-        inv = "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n"
-        if whole:
-            ypass = "d = dd\n" + y + "sq = y * y\n" + inv + scale + store
-        else:
-            ypass = (f"sq = tl.zeros(({cols},), tl.float32)\n" + chunks
-                     + indent_block(y + "sq += y * y\n", 4) + inv + chunks
-                     + indent_block(y + scale + store, 4))
+        return ("d = dd\n" + y + store) if whole else chunks + indent_block(y + store, 4)
+    scale = _SCALE_W if spec.out_weight else _SCALE
+    inv = "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n"
+    if whole:
+        return "d = dd\n" + y + "sq = y * y\n" + inv + scale + store
+    return (f"sq = tl.zeros(({cols},), tl.float32)\n" + chunks
+            + indent_block(y + "sq += y * y\n", 4) + inv
+            + chunks + indent_block(y + scale + store, 4))
+
+
+def _few_body(spec: HCPreSpec) -> str:
+    """A few-row step's finish of one row in the streams form: sum(x^2) from the partials
+    (the projection's column J), the gates, y (`_few_y`, FEW_COLS columns at a time), then
+    Sinkhorn cell by cell. FEW_WARPS warps: every warp issues the scalar Sinkhorn rounds, so
+    fewer warps run them faster."""
+    cols = min(FEW_COLS, next_power_of_2(spec.d))
     gates = "".join(f"p{i} = tl.sum(tl.where(ii == {i}, pre, 0.0), axis=0)\n"
                     for i in range(spec.n))
     return f'''row = tl.program_id(0).to(tl.int64)
@@ -421,7 +425,7 @@ dd = tl.arange(0, {cols})
 x_row = x_ptr + row * sx_row
 {partial_sums()}ss = tl.sum(tl.where(j == J, m, 0.0), axis=0)
 {GATES}pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
-{gates}{ypass}{comb(spec.n)}'''
+{gates}{_few_y(spec, cols)}{comb(spec.n)}'''
 
 
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
