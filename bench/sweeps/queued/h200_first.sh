@@ -10,7 +10,7 @@ PYTHONPATH=/tmp/site2 timeout 300 python3 -m pytest -m gpu -s -q -o addopts= -p 
     tests/e2e/test_glm_flash_gpu.py > "$OUT/glm_test.log" 2>&1
 echo "glm test rc=$?"; grep -E "rows,|passed|failed" "$OUT/glm_test.log" | grep -v " 1 rows" | cut -c1-240
 PYTHONPATH=/tmp/site2 timeout 150 python3 -m hyperloom.cli bench llama --config bench \
-    --scenarios decode,site --ctx 1024 --site-rows 4096 --no-compile-time --profile \
+    --scenarios decode,site --ctx 1024,16x1024 --site-rows 4096 --no-compile-time --profile \
     --json "$OUT/llama.json" > "$OUT/llama.log" 2>&1
 echo "llama rc=$?"; grep -E "^(decode|mhc)|reduce-overhead|default|limits" "$OUT/llama.log" | tail -6
 PYTHONPATH=/tmp/site3 timeout 100 python3 -m hyperloom.cli bench glm5next --config glm-5.3-flash \
