@@ -69,18 +69,24 @@ APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
 # at 16 (Sinkhorn's reductions cross fewer warps; it is 2.2 us of the 9.25)
 
-_INTERPRET_DOT = "acc = tl.dot(x, tl.trans(w.to(tl.float32)), acc)\n"
+_INTERPRET_DOT = "{acc} = tl.dot({x}, tl.trans({w}.to(tl.float32)), {acc})\n"
 # The projections feed sigmoids and 20 Sinkhorn rounds, and plain tf32 would cost ~1e-3 relative.
 # bf16 weights are exact in bf16: X split as hi + lo bf16 parts gives ~2^-16 relative error from
 # two bf16 MMAs; fp32 weights take tf32x3.
-_GPU_DOT = """wt = tl.trans(w)
+_GPU_DOT = """wt = tl.trans({w})
 if fn_ptr.dtype.element_ty == tl.bfloat16:
-    x_hi = x.to(tl.bfloat16)
-    acc = tl.dot(x_hi, wt, acc)
-    acc = tl.dot((x - x_hi.to(tl.float32)).to(tl.bfloat16), wt, acc)
+    x_hi = {x}.to(tl.bfloat16)
+    {acc} = tl.dot(x_hi, wt, {acc})
+    {acc} = tl.dot(({x} - x_hi.to(tl.float32)).to(tl.bfloat16), wt, {acc})
 else:
-    acc = tl.dot(x, wt.to(tl.float32), acc, input_precision="tf32x3")
+    {acc} = tl.dot({x}, wt.to(tl.float32), {acc}, input_precision="tf32x3")
 """
+
+
+def partial_dot(x: str = "x", w: str = "w", acc: str = "acc") -> str:
+    """Source lines of `acc` += `x` (fp32 rows) @ `w`^T (fn rows, of fn_ptr's dtype) at the
+    projection's precision (fp32 in the interpreter)."""
+    return (_INTERPRET_DOT if CONFIG.interpret else _GPU_DOT).format(x=x, w=w, acc=acc)
 
 
 @dataclass(frozen=True)
@@ -155,7 +161,7 @@ def projections(spec: HCPreSpec) -> tuple[int, int]:
 
 
 def _partials_source() -> str:
-    dot = _INTERPRET_DOT if CONFIG.interpret else _GPU_DOT
+    dot = partial_dot()
     head, tail = runtime_loop("b", "b_lo", "b_hi", "1", " " * 4)
     return f'''
 @triton.jit
@@ -571,20 +577,39 @@ def launch_parts(kernel, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor,
                         num_warps=FUSED_WARPS)
 
 
+def _finish_alone(finish, spec: HCPreSpec, rows: int, splits: int, part: torch.Tensor, *,
+                  x, fn, base, scale, y, post, comb, ow) -> None:
+    """The streams-form finish of rows whose partials a GEMM wrote (`launch`'s partials)."""
+    need = splits * BLOCK_T * _blocks(spec)["JP"]
+    require(rows <= FEW_ROWS and part.numel() >= need,
+            lambda: f"hc_pre finish of {rows} rows from {splits} splits of partials: at most "
+                    f"{FEW_ROWS} rows and partials >= {need}, got {part.numel()}")
+    finish[(rows,)](x, fn, base, scale, y, post, comb, part, rows, BLOCK_T, splits, 0,
+                    x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0),
+                    comb.stride(0), comb.stride(1), *((ow,) if spec.out_weight else ()),
+                    FEW=True, num_warps=FEW_WARPS)
+
+
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
            part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool,
-           ow: torch.Tensor | None = None) -> None:
+           ow: torch.Tensor | None = None, partials: int = 0) -> None:
     """kernels: the five of kernel_names(name), loaded; part, count: from scratch(spec, >=
     rows). fused: one launch whose last program per row block finishes its rows in turn (the
     faster form for one row), else the projection and a finish program per row, or above
     WIDE_ROWS rows the projection, an apply program per row and gates over row blocks.
-    ow: the site norm's weight [D] (spec.out_weight)."""
+    ow: the site norm's weight [D] (spec.out_weight). partials: the GEMM before wrote that
+    many splits of BLOCK_T-row partials with sum(x^2) (matmul's SITE_ROWS, up to FEW_ROWS
+    rows): only the finish runs, in the streams form."""
     _check(spec, rows, x=x, fn=fn, base=base, scale=scale, y=y, post=post, comb=comb)
     check_weight(spec, ow)
     if rows == 0:
         return
     one, proj, finish, gates, apply = kernels
+    if partials:
+        _finish_alone(finish, spec, rows, partials, part, x=x, fn=fn, base=base, scale=scale,
+                      y=y, post=post, comb=comb, ow=ow)
+        return
     b = _blocks(spec)
     block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
     need = (nsplit + 2) * rows_pad * b["JP"]
