@@ -227,7 +227,7 @@ def test_formed_sites_pipeline_without_spills(kind: str, tmp_path) -> None:
             "s_comb_i")
     consts = {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k,
               "GROUP_M": t.group_m, "GEMV": t.gemv}
-    consts |= {"SITE": True} if kind == "down" else {"FORM": True}
+    consts |= {"SITE": True, "SITE_ROWS": False} if kind == "down" else {"FORM": True}
     k = _sm90(tmp_path, source, "probe", types | {n: "i32" for n in ints}, consts, t.num_warps,
               t.num_stages, ("sx_t", "so_t", "so_h", "sst_t", "sst_h", "s_fn"))
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0 and k["async_copies"] > 0, k
