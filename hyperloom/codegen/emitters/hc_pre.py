@@ -531,6 +531,7 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
     part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, sum(x^2)
                for r in (*range(1, max_rows + 1, BLOCK_T), max_rows) for fused in (True, False)
                for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
+    part = max(part, site_programs(spec.d) * BLOCK_T * jp)  # a site GEMV's (CONFIG.fold_rows)
     return (torch.empty(part, dtype=torch.float32, device=device),
             torch.zeros(cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
