@@ -152,12 +152,14 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
         kparts = load(src, hc_pre.parts_name(entry.name), device, entry.name)
         parts, block = _site_parts(spec, node, o, device), matmul.site_block(spec.d)
 
+    gemv_splits = matmul.site_programs(spec.d)  # a folded site's GEMM's programs
+
     def run(rows: int, _: int) -> None:
         if entry.formed and not entry.folded and rows <= NARROW_ROWS:
             hc_pre.launch_parts(kparts, spec, x=x, fn=fn, part=part, parts=parts, block_n=block)
         elif entry.launches_at(rows):
             # a folded site's GEMM wrote the partials of 2 to CONFIG.fold_rows rows
-            splits = matmul.site_programs(spec.d) if entry.folded and folds_partials(rows) else 0
+            splits = gemv_splits if entry.folded and folds_partials(rows) else 0
             hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y, post=post,
                           comb=comb, part=part, count=count, rows=rows,
                           fused=rows <= NARROW_ROWS, ow=ow[0] if ow else None, partials=splits)

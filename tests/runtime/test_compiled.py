@@ -108,9 +108,9 @@ def test_sites_of_a_few_rows_finish_from_the_gemms_partials(model, config, monke
             ids = prompt(5 + 2 * i, seed=20 + i)
             ref.prefill(a, ids), eng.prefill(b, ids)
         alone = []  # the sites' finishes launched alone, by rows
-        finish = hc_pre_emitter._finish_alone
-        monkeypatch.setattr(hc_pre_emitter, "_finish_alone",
-                            lambda *a, **kw: alone.append(a[2]) or finish(*a, **kw))
+        launch = hc_pre_emitter.launch
+        monkeypatch.setattr(hc_pre_emitter, "launch", lambda *a, **kw: (
+            kw.get("partials") and alone.append(kw["rows"])) or launch(*a, **kw))
         for step, toks in enumerate(([7, 8, 9], [10, 11, 12])):  # bucket 4: a padding row
             want = ref.decode([a for a, _ in pairs], toks)
             got = eng.decode([b for _, b in pairs], toks)

@@ -210,6 +210,13 @@ def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
     return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{indent_block(load + body, 4)}"
 
 
+def _tiled(spec: HCPreSpec) -> bool:
+    """Whether the row-form finish walks its row in tiles where `_finish_row` holds it whole
+    (then it needs `_finish_tiled`'s text; else it calls `_finish_row` with BLOCK_F)."""
+    b = _blocks(spec)
+    return (b["BLOCK_F"] >= spec.d) != (b["BLOCK_Y"] >= spec.d)
+
+
 def finish_source(spec: HCPreSpec, name: str = "_finish_row", block: str = "BLOCK_Y") -> str:
     """The `_finish_row` helper (a GEMM that finishes the site it feeds includes it too), or
     another `name` for X columns `_blocks(spec)[block]` at once (passed as its BLOCK_Y)."""
@@ -452,7 +459,8 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
     wait = pdl("    ")
     finish_body = ("    if FEW:\n" + indent_block(_few_body(spec), 8) + "    else:\n"
-                   + wrap("        _finish_tiled(", ["tl.program_id(0)"]
+                   + wrap(f"        {'_finish_tiled' if _tiled(spec) else '_finish_row'}(",
+                          ["tl.program_id(0)"]
                           + [a if a != "BLOCK_Y" else "BLOCK_F" for a in row_args], ")", 20))
     return f'''
 @triton.jit(do_not_specialize={dns})
@@ -508,7 +516,8 @@ def {parts_name(name)}(x_ptr, fn_ptr, part_ptr, parts_ptr, sx_stream, s_fn, BLOC
 def source(name: str, spec: HCPreSpec, header: str = "") -> str:
     return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
             f"{_partials_source()}\n{finish_source(spec)}\n"
-            f"{finish_source(spec, '_finish_tiled', 'BLOCK_F')}\n{_kernels_source(name, spec)}\n"
+            f"{finish_source(spec, '_finish_tiled', 'BLOCK_F') if _tiled(spec) else ''}\n"
+            f"{_kernels_source(name, spec)}\n"
             f"{_parts_source(name, spec)}")
 
 
@@ -531,7 +540,7 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
     part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, sum(x^2)
                for r in (*range(1, max_rows + 1, BLOCK_T), max_rows) for fused in (True, False)
                for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
-    part = max(part, site_programs(spec.d) * BLOCK_T * jp)  # a site GEMV's (CONFIG.fold_rows)
+    part = max(part, (site_programs(spec.d) + 2) * BLOCK_T * jp)  # a site GEMV's (fold_rows)
     return (torch.empty(part, dtype=torch.float32, device=device),
             torch.zeros(cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
@@ -578,19 +587,6 @@ def launch_parts(kernel, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor,
                         num_warps=FUSED_WARPS)
 
 
-def _finish_alone(finish, spec: HCPreSpec, rows: int, splits: int, part: torch.Tensor, *,
-                  x, fn, base, scale, y, post, comb, ow) -> None:
-    """The streams-form finish of rows whose partials a GEMM wrote (`launch`'s partials)."""
-    need = splits * BLOCK_T * _blocks(spec)["JP"]
-    require(rows <= FEW_ROWS and part.numel() >= need,
-            lambda: f"hc_pre finish of {rows} rows from {splits} splits of partials: at most "
-                    f"{FEW_ROWS} rows and partials >= {need}, got {part.numel()}")
-    finish[(rows,)](x, fn, base, scale, y, post, comb, part, rows, BLOCK_T, splits, 0,
-                    x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0),
-                    comb.stride(0), comb.stride(1), *((ow,) if spec.out_weight else ()),
-                    FEW=True, num_warps=FEW_WARPS)
-
-
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
            part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool,
@@ -607,12 +603,12 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     if rows == 0:
         return
     one, proj, finish, gates, apply = kernels
-    if partials:
-        _finish_alone(finish, spec, rows, partials, part, x=x, fn=fn, base=base, scale=scale,
-                      y=y, post=post, comb=comb, ow=ow)
-        return
     b = _blocks(spec)
     block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
+    if partials:  # the GEMM's layout: a split a GEMV program, BLOCK_T rows each
+        block, row_blocks, rows_pad, nsplit = BLOCK_T, 1, BLOCK_T, partials
+        require(rows <= FEW_ROWS, lambda: f"hc_pre finish of {rows} rows from a GEMM's "
+                                          f"partials: at most {FEW_ROWS} rows")
     need = (nsplit + 2) * rows_pad * b["JP"]
     require(part.numel() >= need and count.numel() >= row_blocks,
             lambda: f"hc_pre scratch for {rows} rows: partials >= {need} and counters >= "
@@ -622,6 +618,9 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
             x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),
             comb.stride(1)) + ((ow,) if spec.out_weight else ())
+    if partials:
+        finish[(rows,)](*args, FEW=True, num_warps=FEW_WARPS)
+        return
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
         return
