@@ -1,6 +1,7 @@
-"""The gate and Sinkhorn text of an mHC site's kernels (`emitters.hc_pre`, and the GEMV that
-forms a site: `emitters.matmul`): the partials summed over splits, every projection's logit and
-sigmoid with post stored, and the n x n comb by Sinkhorn cell by cell. The names they use (j,
+"""The gate, Sinkhorn and streams-form finish text of an mHC site's kernels (`emitters.hc_pre`,
+and the GEMV that forms a site: `emitters.matmul`): the partials summed over splits, every
+projection's logit and sigmoid with post stored, the n x n comb by Sinkhorn cell by cell, and
+a few-row step's finish of one row (`few_body`). The names they use (j,
 row, rows_pad, splits, the pointers and the constexprs N, D, J, JP, SB, NORM_EPS, HC_EPS,
 ITERS) are the including kernel's."""
 
@@ -90,3 +91,47 @@ ab = j - 2 * N
 tl.store(cz + (ab // N) * scomb_i + ab % N, z, mask=(j >= 2 * N) & (j < J))
 tl.debug_barrier()  # every thread's logits are stored before any is read
 {pick}{sinkhorn_cells(n)}{put_cells(n, 'cz')}'''
+
+
+def scale_y(weight: bool) -> str:
+    """y's rms scaling by inv, times the site norm's weight ow (`weight`)."""
+    if weight:
+        return "y = y * inv * tl.load(ow_ptr + d, mask=d < D, other=0.0).to(tl.float32)\n"
+    return "y = y * inv\n"
+
+
+def _few_y(spec, cols: int) -> str:
+    """The streams form's y = sum_i p{i} * X[i] over `cols` columns at a time, stream by stream
+    (its rms with out_eps: over a second pass when the row is wider than `cols`), stored."""
+    whole = cols >= spec.d
+    y = f"y = tl.zeros(({cols},), tl.float32)\n" + "".join(
+        f"y += p{i} * tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
+        for i in range(spec.n))
+    chunks = f"for d0 in range(0, D, {cols}):\n    d = d0 + dd\n"
+    store = "tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)\n"
+    if spec.out_eps is None:
+        return ("d = dd\n" + y + store) if whole else chunks + indent_block(y + store, 4)
+    scale = scale_y(spec.out_weight)
+    inv = "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n"
+    if whole:
+        return "d = dd\n" + y + "sq = y * y\n" + inv + scale + store
+    return (f"sq = tl.zeros(({cols},), tl.float32)\n" + chunks
+            + indent_block(y + "sq += y * y\n", 4) + inv
+            + chunks + indent_block(y + scale + store, 4))
+
+
+def few_body(spec, cols: int) -> str:
+    """hc_pre's finish of one row of a few-row step in the streams form (spec: its HCPreSpec):
+    sum(x^2) from the partials (the projection's column J), the gates, y (`_few_y`, `cols`
+    columns at a time), then Sinkhorn cell by cell. Its launch takes few warps: every warp
+    issues the scalar Sinkhorn rounds, so fewer warps run them faster."""
+    gates = "".join(f"p{i} = tl.sum(tl.where(ii == {i}, pre, 0.0), axis=0)\n"
+                    for i in range(spec.n))
+    return f'''row = tl.program_id(0).to(tl.int64)
+j = tl.arange(0, JP)
+ii = tl.arange(0, NP)
+dd = tl.arange(0, {cols})
+x_row = x_ptr + row * sx_row
+{partial_sums()}ss = tl.sum(tl.where(j == J, m, 0.0), axis=0)
+{GATES}pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
+{gates}{_few_y(spec, cols)}{comb(spec.n)}'''

@@ -17,7 +17,7 @@ norm weight ow with out_weight).
 {name}: _partials, then a ticket from the row block's counter; the last program resets it (for
 the next launch and CUDA-graph replays) and finishes the live rows in turn. Decode's one launch.
 {name}_proj + {name}_finish (grid (rows,)): the same work for a few rows, every row finished by
-its own program in parallel: up to FEW_ROWS rows in the streams form (`_few_body`: the
+its own program in parallel: up to FEW_ROWS rows in the streams form (`hc_gates.few_body`: the
 projection also writes sum(x^2), y is summed stream by stream at FEW_WARPS), more in the row
 form (`_finish_tiled`, `_finish_row`'s text over FINISH_TILE-element tiles).
 {name}_proj + {name}_apply + {name}_gates: many rows. The projection runs in one wave of
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import torch
 
 from hyperloom.codegen.emitters.gemv import site_programs
-from hyperloom.codegen.emitters.hc_gates import (GATES, cells, comb, partial_sums, put_cells,
-                                                 sinkhorn_cells)
+from hyperloom.codegen.emitters.hc_gates import (GATES, cells, comb, few_body, partial_sums,
+                                                 put_cells, scale_y, sinkhorn_cells)
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, indent_block, pdl, wrap
@@ -54,7 +54,7 @@ MAX_SPLITS = 128
 SPLIT_BLOCK = MAX_SPLITS  # splits whose partials a finish sums per load: all in one round
 ROW_TILE = 16384  # X elements of one row the one launch's finish loads at once
 # a finish program a row (2 to WIDE_ROWS rows). Up to FEW_ROWS rows (one projection row block)
-# the "streams" form (`_few_body`: sum(x^2) from the projection, FEW_WARPS warps, y over
+# the "streams" form (`hc_gates.few_body`: sum(x^2) from the projection, FEW_WARPS warps, y over
 # FEW_COLS columns at once); more rows, `_finish_row` at FINISH_WARPS warps over FINISH_TILE
 # X elements at once. H100, the step (projection + finish) at D = 4096, n = 4, µs at 2 / 16 /
 # 64 / 256 rows: streams 8.2 / 8.7 / 13.2 / 24.6, the row form at 8 warps and 4096 elements
@@ -132,8 +132,6 @@ def signature(spec: HCPreSpec) -> list[str]:
     return _SIG + (["ow_ptr"] if spec.out_weight else [])
 
 
-_SCALE = "y = y * inv\n"
-_SCALE_W = "y = y * inv * tl.load(ow_ptr + d, mask=d < D, other=0.0).to(tl.float32)\n"
 
 
 def _constexprs(spec: HCPreSpec) -> list[str]:
@@ -231,7 +229,7 @@ def finish_source(spec: HCPreSpec, name: str = "_finish_row", block: str = "BLOC
         norm_pass = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
                      + _row_pass(y + "sq += y * y\n", whole)
                      + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
-        scale = _SCALE_W if spec.out_weight else _SCALE
+        scale = scale_y(spec.out_weight)
     y_again = "" if whole and spec.out_eps is not None else y  # the norm pass made it
     store = _row_pass(y_again + scale + "tl.store(y_ptr + row * sy_row + d, "
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole)
@@ -379,7 +377,7 @@ def _apply_body(spec: HCPreSpec) -> str:
         norm = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
                 + _row_pass(y + "sq += y * y\n", whole, load)
                 + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
-        scale = _SCALE_W if spec.out_weight else _SCALE
+        scale = scale_y(spec.out_weight)
     again = "" if whole and spec.out_eps is not None else y
     store = _row_pass(again + scale + "tl.store(y_ptr + row * sy_row + d, "
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, load)
@@ -403,44 +401,6 @@ pre += HC_EPS
 {gates}{norm}{store}'''
 
 
-def _few_y(spec: HCPreSpec, cols: int) -> str:
-    """The streams form's y = sum_i p{i} * X[i] over `cols` columns at a time, stream by stream
-    (its rms with out_eps: over a second pass when the row is wider than `cols`), stored."""
-    whole = cols >= spec.d
-    y = f"y = tl.zeros(({cols},), tl.float32)\n" + "".join(
-        f"y += p{i} * tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
-        for i in range(spec.n))
-    chunks = f"for d0 in range(0, D, {cols}):\n    d = d0 + dd\n"
-    store = "tl.store(y_ptr + row * sy_row + d, y.to(y_ptr.dtype.element_ty), mask=d < D)\n"
-    if spec.out_eps is None:
-        return ("d = dd\n" + y + store) if whole else chunks + indent_block(y + store, 4)
-    scale = _SCALE_W if spec.out_weight else _SCALE
-    inv = "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n"
-    if whole:
-        return "d = dd\n" + y + "sq = y * y\n" + inv + scale + store
-    return (f"sq = tl.zeros(({cols},), tl.float32)\n" + chunks
-            + indent_block(y + "sq += y * y\n", 4) + inv
-            + chunks + indent_block(y + scale + store, 4))
-
-
-def _few_body(spec: HCPreSpec) -> str:
-    """A few-row step's finish of one row in the streams form: sum(x^2) from the partials
-    (the projection's column J), the gates, y (`_few_y`, FEW_COLS columns at a time), then
-    Sinkhorn cell by cell. FEW_WARPS warps: every warp issues the scalar Sinkhorn rounds, so
-    fewer warps run them faster."""
-    cols = min(FEW_COLS, next_power_of_2(spec.d))
-    gates = "".join(f"p{i} = tl.sum(tl.where(ii == {i}, pre, 0.0), axis=0)\n"
-                    for i in range(spec.n))
-    return f'''row = tl.program_id(0).to(tl.int64)
-j = tl.arange(0, JP)
-ii = tl.arange(0, NP)
-dd = tl.arange(0, {cols})
-x_row = x_ptr + row * sx_row
-{partial_sums()}ss = tl.sum(tl.where(j == J, m, 0.0), axis=0)
-{GATES}pre = tl.sum(tl.where(j[None, :] == ii[:, None], sig[None, :], 0.0), axis=1) + HC_EPS
-{gates}{_few_y(spec, cols)}{comb(spec.n)}'''
-
-
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
     fused, proj, finish, gates, apply = kernel_names(name)
     consts = _constexprs(spec)
@@ -458,7 +418,8 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
     rhead, rtail = runtime_loop("r", "0", "n_live", "1", " " * 8)
     dns = '["rows", "rows_pad", "splits", "kb_split"]'
     wait = pdl("    ")
-    finish_body = ("    if FEW:\n" + indent_block(_few_body(spec), 8) + "    else:\n"
+    few = few_body(spec, min(FEW_COLS, next_power_of_2(spec.d)))
+    finish_body = ("    if FEW:\n" + indent_block(few, 8) + "    else:\n"
                    + wrap(f"        {'_finish_tiled' if _tiled(spec) else '_finish_row'}(",
                           ["tl.program_id(0)"]
                           + [a if a != "BLOCK_Y" else "BLOCK_F" for a in row_args], ")", 20))
