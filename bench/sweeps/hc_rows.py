@@ -6,7 +6,8 @@ rounds cost). Each variant is checked against `semantics.hc.hc_pre` first; on a 
 timed as a CUDA graph of LAUNCHES steps with X in L2 (as at decode, where the GEMM before the
 site has just written the streams).
 
-    python bench/sweeps/hc_rows.py [--rows 2,16,64,256] [--n 4 --d 4096] [--variants A;B]"""
+    python bench/sweeps/hc_rows.py [--rows 2,16,64,256] [--n 4 --d 4096] [--variants A;B]
+    python bench/sweeps/hc_rows.py --wide --rows 4096   # the wide projection's tilings"""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import common  # noqa: E402
 
 LAUNCHES = 20  # steps a graph
 WIDE_ROWS = 512  # the GPU's hc_pre.WIDE_ROWS (the interpreter's is 1: it takes the wide form)
-SKIP = "skip finish"  # a variant's key: launch the projection alone
+SKIP = "skip finish"  # a variant's key: launch the projection alone (no finish, apply, gates)
 # name: the hc_pre module constants it patches (and the Sinkhorn rounds, None: the spec's)
 VARIANTS = {
     "committed": ({}, None),
@@ -48,6 +49,22 @@ VARIANTS = {
     "projection alone": ({SKIP: True}, None),
     "row, projection alone": ({"FEW_ROWS": 0, SKIP: True}, None),
 }
+# the wide form's projection alone (rows > WIDE_ROWS), in variants of its tiling and wave
+WIDE = {
+    "wide projection": {},
+    "wide projection, 2 stages": {"PROJ_STAGES": 2},
+    "wide projection, 4 stages": {"PROJ_STAGES": 4},
+    "wide projection, 8 warps": {"PROJ_WARPS": 8},
+    "wide projection, 32 rows": {"PROJ_ROWS": 32},
+    "wide projection, 128 rows, 8 warps": {"PROJ_ROWS": 128, "PROJ_WARPS": 8},
+    "wide projection, 1 resident": {"PROJ_RESIDENT": 1},
+    "wide projection, 3 resident": {"PROJ_RESIDENT": 3},
+    "wide projection, 4 resident": {"PROJ_RESIDENT": 4},
+    "wide projection, K 64": {"PROJ_K": 64},
+    "wide projection, K 64, 4 stages": {"PROJ_K": 64, "PROJ_STAGES": 4},
+    "wide projection, K 256, 2 stages": {"PROJ_K": 256, "PROJ_STAGES": 2},
+}
+VARIANTS |= {k: (v | {SKIP: True}, None) for k, v in WIDE.items()}
 
 
 def operands(spec: hc_pre.HCPreSpec, rows: int, dev, dtype, seed: int = 0) -> dict:
@@ -77,6 +94,14 @@ def reference(spec: hc_pre.HCPreSpec, o: dict) -> torch.Tensor:
     return torch.cat([y.flatten(), post.flatten(), comb.flatten()])
 
 
+def _partials_err(spec: hc_pre.HCPreSpec, rows: int, o: dict, part: torch.Tensor) -> float:
+    """The projection alone: its partials summed over the splits against X_flat @ fn^T."""
+    j, jp = hc_pre.projections(spec)
+    _, _, rows_pad, nsplit = hc_pre.layout(spec, rows, fused=False)
+    m = part[:nsplit * rows_pad * jp].view(nsplit, rows_pad, jp).double().sum(0)[:rows, :j]
+    return rel_err(m, o["x"].double().flatten(1) @ o["fn"].double().T)
+
+
 def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, dtype) -> dict:
     spec = spec if iters is None else dataclasses.replace(spec, iters=iters)
     skip = patch.get(SKIP, False)
@@ -87,7 +112,7 @@ def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, 
         src = hc_pre.source("sweep_hc", spec, header=f"sweep {patch} {iters}")
         kernels = tuple(load(src, k, dev) for k in hc_pre.kernel_names("sweep_hc"))
         if skip:
-            kernels = kernels[:2] + (_Skip(),) + kernels[3:]
+            kernels = kernels[:2] + (_Skip(),) * 3
         part, count = hc_pre.scratch(spec, rows, dev)
         o = operands(spec, rows, dev, dtype)
 
@@ -97,7 +122,7 @@ def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, 
         issue()
         got = torch.cat([o["y"].flatten().double(), o["post"].flatten().double(),
                          o["comb"].flatten().double()])
-        err = float("nan") if skip else rel_err(got, reference(spec, o))
+        err = _partials_err(spec, rows, o, part) if skip else rel_err(got, reference(spec, o))
         us = common.graph_us(lambda: [issue() for _ in range(LAUNCHES)], LAUNCHES) \
             if dev.type == "cuda" else float("nan")
     return {"err": err, "us": us}
@@ -108,7 +133,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--rows", default=None, help="GPU: 2,16,64,256; CPU: 4,20")
     p.add_argument("--n", type=int, default=4)
     p.add_argument("--d", type=int, default=4096, help="GPU only (the CPU's is 96)")
-    p.add_argument("--variants", default=";".join(VARIANTS), help="names, ;-separated")
+    p.add_argument("--variants", default=None, help="names, ;-separated (default: all but "
+                   "the wide projection's, or with --wide those alone)")
+    p.add_argument("--wide", action="store_true", help="the wide projection's variants")
     a = p.parse_args(argv)
     gpu, dev, dtype = common.device()
     d = a.d if gpu else 96
@@ -116,10 +143,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     spec = hc_pre.HCPreSpec(a.n, d, 1e-6, 1e-6, 20, out_eps=1e-5)
     results = []
     for r in rows:
-        for name in (v for v in a.variants.split(";") if v):
+        names = a.variants or ";".join(k for k in VARIANTS if (k in WIDE) == a.wide)
+        for name in (v for v in names.split(";") if v):
             patch, iters = VARIANTS[name]
             res = one(spec, r, {"WIDE_ROWS": WIDE_ROWS} | patch, iters, dev, dtype)
-            print(f"rows {r:3d} {name:32s} err {res['err']:.2e} {res['us']:8.2f} us", flush=True)
+            rate = r * a.n * d * 4 / res["us"] / 1e6  # X's fp32 bytes read once, TB/s
+            print(f"rows {r:4d} {name:36s} err {res['err']:.2e} {res['us']:8.2f} us "
+                  f"{rate:5.2f} TB/s of X", flush=True)
             results.append(res | {"rows": r, "variant": name})
     return results
 

@@ -49,6 +49,7 @@ WIDE_ROWS = HC_WIDE_ROWS  # above this many rows: apply + gates (at 16 to 256 ro
 # faster)
 PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of apply + gates steps
 PROJ_RESIDENT = 2  # of those, programs a multiprocessor runs at once (H200: 256 ran as one wave)
+PROJ_K = 128  # X columns of a projection program's step
 SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = MAX_SPLITS  # splits whose partials a finish sums per load: all in one round
@@ -113,7 +114,7 @@ def _blocks(spec: HCPreSpec) -> dict[str, int]:
         "J": j,
         "NP": np2,
         "JP": max(16, next_power_of_2(j + 1)),  # column J: sum(x^2); tl.dot N >= 16
-        "BLOCK_K": max(16, min(128, d2)),
+        "BLOCK_K": max(16, min(PROJ_K, d2)),
         "BLOCK_Y": max(16, min(ROW_TILE // np2, d2)),  # X columns a finish loads at once
         "BLOCK_F": max(16, min(FINISH_TILE // np2, d2)),  # and a few-row step's, in the row form
     }
