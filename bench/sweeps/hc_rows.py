@@ -63,6 +63,11 @@ WIDE = {
     "wide projection, K 64": {"PROJ_K": 64},
     "wide projection, K 64, 4 stages": {"PROJ_K": 64, "PROJ_STAGES": 4},
     "wide projection, K 256, 2 stages": {"PROJ_K": 256, "PROJ_STAGES": 2},
+    "wide projection, 32 rows, 4 stages": {"PROJ_ROWS": 32, "PROJ_STAGES": 4},
+    "wide projection, 32 rows, 4 stages, 3 resident": {"PROJ_ROWS": 32, "PROJ_STAGES": 4,
+                                                       "PROJ_RESIDENT": 3},
+    "wide projection, 32 rows, 5 stages": {"PROJ_ROWS": 32, "PROJ_STAGES": 5},
+    "wide projection, K 64, 6 stages": {"PROJ_K": 64, "PROJ_STAGES": 6},
 }
 VARIANTS |= {k: (v | {SKIP: True}, None) for k, v in WIDE.items()}
 
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             patch, iters = VARIANTS[name]
             res = one(spec, r, {"WIDE_ROWS": WIDE_ROWS} | patch, iters, dev, dtype)
             rate = r * a.n * d * 4 / res["us"] / 1e6  # X's fp32 bytes read once, TB/s
-            print(f"rows {r:4d} {name:36s} err {res['err']:.2e} {res['us']:8.2f} us "
+            print(f"rows {r:4d} {name:48s} err {res['err']:.2e} {res['us']:8.2f} us "
                   f"{rate:5.2f} TB/s of X", flush=True)
             results.append(res | {"rows": r, "variant": name})
     return results
