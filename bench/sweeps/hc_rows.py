@@ -49,6 +49,7 @@ VARIANTS = {
     "projection alone": ({SKIP: True}, None),
     "row, projection alone": ({"FEW_ROWS": 0, SKIP: True}, None),
 }
+_READ = "{acc} += tl.sum({x}, axis=1)[:, None]\n"
 # the wide form's projection alone (rows > WIDE_ROWS), in variants of its tiling and wave
 WIDE = {
     "wide projection": {},
@@ -68,6 +69,11 @@ WIDE = {
                                                        "PROJ_RESIDENT": 3},
     "wide projection, 32 rows, 5 stages": {"PROJ_ROWS": 32, "PROJ_STAGES": 5},
     "wide projection, K 64, 6 stages": {"PROJ_K": 64, "PROJ_STAGES": 6},
+    # the read alone, at the committed tiling: the dot replaced by a row sum (err meaningless)
+    "wide projection's X read alone": {"_GPU_DOT": _READ, "_INTERPRET_DOT": _READ},
+    "wide projection's X read alone, 32 rows, 4 stages": {"_GPU_DOT": _READ,
+                                                         "_INTERPRET_DOT": _READ,
+                                                         "PROJ_ROWS": 32, "PROJ_STAGES": 4},
 }
 VARIANTS |= {k: (v | {SKIP: True}, None) for k, v in WIDE.items()}
 
@@ -147,6 +153,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = [int(r) for r in (a.rows or ("2,16,64,256" if gpu else "4,20")).split(",")]
     spec = hc_pre.HCPreSpec(a.n, d, 1e-6, 1e-6, 20, out_eps=1e-5)
     results = []
+    if a.wide and gpu:  # what a library reduction reads X at
+        for r in rows:
+            x = torch.randn((r, a.n, d), device=dev)
+            us = common.graph_us(lambda: [x.sum(0) for _ in range(LAUNCHES)], LAUNCHES)
+            print(f"rows {r:4d} torch x.sum(0) {us:8.2f} us {x.numel() * 4 / us / 1e6:5.2f} "
+                  "TB/s of X", flush=True)
     for r in rows:
         names = a.variants or ";".join(k for k in VARIANTS if (k in WIDE) == a.wide)
         for name in (v for v in names.split(";") if v):
