@@ -266,32 +266,22 @@ def gram(spec: HCPreSpec) -> tuple[int, int]:
     return site_programs(spec.d) * projections(spec)[1], next_power_of_2(spec.n * spec.n)
 
 
-def parts_loads(spec: HCPreSpec, x: str | None = None, s_stream: str = "") -> list[str]:
-    """Source lines loading what `parts_lines` reads over a program's columns rn (n_ok): fn's
-    columns of each stream i as wf{i} [JP, BLOCK_N], and (`x` given) stream i's columns, at `x`
-    + i * `s_stream`, as xs{i}."""
-    (j, jp), d = projections(spec), spec.d
-    lines = [f"jj = tl.arange(0, {jp})"]
-    for i in range(spec.n):
-        if x is not None:
-            lines.append(f"xs{i} = tl.load({x} + {i} * {s_stream} + rn, mask=n_ok, other=0.0)")
-        lines += [f"wf{i} = tl.load(fn_ptr + jj[:, None] * s_fn + {i * d} + rn[None, :],",
-                  f"              mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)"]
-    return lines
-
-
-def parts_lines(spec: HCPreSpec, lo: bool) -> list[str]:
-    """Source lines for one program of a one-row site whose y the GEMV after it forms, from
-    `parts_loads`' xs{i} (the streams' columns rn) and wf{i}: its partials of X @ fn^T with
-    sum(x^2) in column J (row pid_n of `part_ptr`), its columns of the streams' Gram (its row
-    of `gram(spec)`), and each stream's columns as a hi part in parts_ptr's dtype (rows
-    0..n-1), then (`lo`) the lo part that rounding left (rows n..2n-1)."""
+def parts_lines(spec: HCPreSpec, x: str, s_stream: str, lo: bool) -> list[str]:
+    """Source lines for one program of a one-row site whose y the GEMV after it forms: over its
+    columns rn (n_ok) of the streams (stream i at `x` + i * `s_stream`), its partials of X @
+    fn^T with sum(x^2) in column J (row pid_n of `part_ptr`), its columns of the streams' Gram
+    (its row of `gram(spec)`), and each stream's columns as a hi part in parts_ptr's dtype
+    (rows 0..n-1), then (`lo`) the lo part that rounding left (rows n..2n-1). Each stream's
+    columns are loaded once."""
     n, d = spec.n, spec.d
     (j, jp), (at, nn) = projections(spec), gram(spec)
-    lines = [f"pj = tl.zeros(({jp},), tl.float32)", f"q = tl.arange(0, {nn})",
-             f"gv = tl.zeros(({nn},), tl.float32)"]
+    lines = [f"jj = tl.arange(0, {jp})", f"pj = tl.zeros(({jp},), tl.float32)",
+             f"q = tl.arange(0, {nn})", f"gv = tl.zeros(({nn},), tl.float32)"]
     for i in range(n):
-        lines += [f"pj += tl.sum(wf{i}.to(tl.float32) * xs{i}[None, :], axis=1)",
+        lines += [f"xs{i} = tl.load({x} + {i} * {s_stream} + rn, mask=n_ok, other=0.0)",
+                  f"wf = tl.load(fn_ptr + jj[:, None] * s_fn + {i * d} + rn[None, :],",
+                  f"             mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)",
+                  f"pj += tl.sum(wf.to(tl.float32) * xs{i}[None, :], axis=1)",
                   f"hi = xs{i}.to(parts_ptr.dtype.element_ty)",
                   f"tl.store(parts_ptr + {i * d} + rn, hi, mask=n_ok)"]
         if lo:
@@ -476,8 +466,7 @@ def parts_name(name: str) -> str:
 
 def _parts_source(name: str, spec: HCPreSpec) -> str:
     body = ["pid_n = tl.program_id(0)", "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-            f"n_ok = rn < {spec.d}"] + parts_loads(spec, "x_ptr", "sx_stream") \
-        + parts_lines(spec, CONFIG.site_lo_parts)
+            f"n_ok = rn < {spec.d}"] + parts_lines(spec, "x_ptr", "sx_stream", CONFIG.site_lo_parts)
     return f'''
 @triton.jit
 def {parts_name(name)}(x_ptr, fn_ptr, part_ptr, parts_ptr, sx_stream, s_fn, BLOCK_N: tl.constexpr):

@@ -59,7 +59,7 @@ import torch
 from hyperloom.codegen.emitters import hc_post, hc_pre, norm
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.matmul_checks import check_operands
-from hyperloom.codegen.emitters.matmul_epilogues import epilogue, hc_post_helpers, site_loads
+from hyperloom.codegen.emitters.matmul_epilogues import epilogue, hc_post_helpers
 from hyperloom.codegen.emitters.matmul_spec import (  # noqa: F401 (API: the spec and its vocabularies)
     EPILOGUES, NORM_KERNEL, PROLOGUES, MatmulSpec)
 from hyperloom.codegen.emitters.gemv import site_block, site_programs  # noqa: F401 (API)
@@ -330,7 +330,7 @@ def _form_result(spec: MatmulSpec) -> list[str]:
 
 
 def _gemm_kernel(name: str, spec: MatmulSpec) -> list[str]:
-    wait = pdl("").splitlines() + (site_loads(spec) if spec.site and spec.site_parts else [])
+    wait = pdl("").splitlines()
     if spec.site_in:
         body = _setup(spec) + wait + _form_gates(spec) + _form_loads(spec) + _loop(spec) \
             + _form_result(spec) + epilogue(spec)

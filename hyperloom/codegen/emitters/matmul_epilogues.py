@@ -57,15 +57,9 @@ def _hc_post(spec: MatmulSpec) -> list[str]:
     of them at once took 255 registers and kilobytes of spills at every tile size)."""
     lines = ["p_rows = post_ptr + rm64 * sp_t", "c_rows = comb_ptr + rm64 * sc_t"]
     args = "s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i"
-    post_cols = f"_hc_post_cols(acc, rn, m_ok, {spec.n_out}, {args})"
-    if spec.site and spec.site_parts:  # a one-row step takes what site_loads loaded
-        lines += ["if GEMV:", "    if SITE:"] + indented(indented(_site_formed(spec)))
-        lines += ["    else:", f"        {post_cols}"]
-    else:
-        lines += ["if GEMV:", f"    {post_cols}"]
-    if spec.site and not spec.site_parts:
-        lines += ["    if SITE:"] + indented(indented(_site(spec)))
+    lines += ["if GEMV:", f"    _hc_post_cols(acc, rn, m_ok, {spec.n_out}, {args})"]
     if spec.site:
+        lines += ["    if SITE:"] + indented(indented(_site(spec)))
         lines += ["    if SITE_ROWS:"] + indented(indented(_site_rows(spec)))
     lines.append("else:")
     chunks = [("acc", "")]
@@ -83,38 +77,15 @@ def _hc_post(spec: MatmulSpec) -> list[str]:
     return lines
 
 
-def site_loads(spec: MatmulSpec) -> list[str]:
-    """A one-row step of a GEMM whose site the GEMV after it forms (spec.site_parts): what its
-    epilogue reads besides the product (fn's columns wf{i}, the old streams' columns hx{i},
-    post hp{j}, comb hc{i}{j}), loaded ahead of the K loop so that it arrives under the loop,
-    not after it."""
-    n = spec.hc
-    lines = hc_pre.parts_loads(spec.site)
-    lines += [f"hx{i} = tl.load(stream_ptr + {i} * sst_h + rn, mask=n_ok, other=0.0)"
-              for i in range(n)]
-    lines += [f"hp{j} = tl.load(post_ptr + {j})" for j in range(n)]
-    lines += [f"hc{i}{j} = tl.load(comb_ptr + {i} * sc_i + {j})" for i in range(n)
-              for j in range(n)]
-    return ["if SITE:"] + indented(lines)
-
-
-def _site_formed(spec: MatmulSpec) -> list[str]:
-    """The one row's new streams from the product and `site_loads`' registers (stored, and
-    kept as xs{j}), then `hc_pre.parts_lines`: no store-then-reload of the streams."""
-    n = spec.hc
-    lines = ["a0 = tl.sum(tl.where((rm == 0)[:, None], acc, 0.0), axis=0)  # the one row"]
-    for j in range(n):
-        mix = " + ".join(f"hc{i}{j} * hx{i}" for i in range(n))
-        lines += [f"xs{j} = hp{j} * a0 + {mix}",
-                  f"tl.store(out_ptr + {j} * so_h + rn, xs{j}, mask=n_ok)"]
-    return lines + hc_pre.parts_lines(spec.site, CONFIG.site_lo_parts)
-
-
 def _site(spec: MatmulSpec) -> list[str]:
     """One-row GEMV of a site-feeding GEMM: this program's columns of X' @ fn^T (X' the new
     streams it just stored) to the site's partials; the last program by ticket finishes the
-    row as hc_pre would (post, comb, y). (With spec.site_parts, `_site_formed` instead.)"""
+    row as hc_pre would (post, comb, y). With spec.site_parts the GEMV after the site forms y
+    and its gates itself: this program writes what `hc_pre.parts_lines` says, nothing
+    finishes."""
     barrier = "tl.debug_barrier()  # this program's new stream columns are stored"
+    if spec.site_parts:
+        return [barrier] + hc_pre.parts_lines(spec.site, "out_ptr", "so_h", CONFIG.site_lo_parts)
     j, jp = hc_pre.projections(spec.site)
     consts = ", ".join(hc_pre.finish_args(spec.site))
     return [

@@ -690,34 +690,34 @@ def k01_hc_pre_l0_hc_attn_fn_parts(x_ptr, fn_ptr, part_ptr, parts_ptr, sx_stream
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = rn < 64
     jj = tl.arange(0, 32)
-    xs0 = tl.load(x_ptr + 0 * sx_stream + rn, mask=n_ok, other=0.0)
-    wf0 = tl.load(fn_ptr + jj[:, None] * s_fn + 0 + rn[None, :],
-                  mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
-    xs1 = tl.load(x_ptr + 1 * sx_stream + rn, mask=n_ok, other=0.0)
-    wf1 = tl.load(fn_ptr + jj[:, None] * s_fn + 64 + rn[None, :],
-                  mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
-    xs2 = tl.load(x_ptr + 2 * sx_stream + rn, mask=n_ok, other=0.0)
-    wf2 = tl.load(fn_ptr + jj[:, None] * s_fn + 128 + rn[None, :],
-                  mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
-    xs3 = tl.load(x_ptr + 3 * sx_stream + rn, mask=n_ok, other=0.0)
-    wf3 = tl.load(fn_ptr + jj[:, None] * s_fn + 192 + rn[None, :],
-                  mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
     pj = tl.zeros((32,), tl.float32)
     q = tl.arange(0, 16)
     gv = tl.zeros((16,), tl.float32)
-    pj += tl.sum(wf0.to(tl.float32) * xs0[None, :], axis=1)
+    xs0 = tl.load(x_ptr + 0 * sx_stream + rn, mask=n_ok, other=0.0)
+    wf = tl.load(fn_ptr + jj[:, None] * s_fn + 0 + rn[None, :],
+                 mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+    pj += tl.sum(wf.to(tl.float32) * xs0[None, :], axis=1)
     hi = xs0.to(parts_ptr.dtype.element_ty)
     tl.store(parts_ptr + 0 + rn, hi, mask=n_ok)
     tl.store(parts_ptr + 256 + rn, (xs0 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
-    pj += tl.sum(wf1.to(tl.float32) * xs1[None, :], axis=1)
+    xs1 = tl.load(x_ptr + 1 * sx_stream + rn, mask=n_ok, other=0.0)
+    wf = tl.load(fn_ptr + jj[:, None] * s_fn + 64 + rn[None, :],
+                 mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+    pj += tl.sum(wf.to(tl.float32) * xs1[None, :], axis=1)
     hi = xs1.to(parts_ptr.dtype.element_ty)
     tl.store(parts_ptr + 64 + rn, hi, mask=n_ok)
     tl.store(parts_ptr + 320 + rn, (xs1 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
-    pj += tl.sum(wf2.to(tl.float32) * xs2[None, :], axis=1)
+    xs2 = tl.load(x_ptr + 2 * sx_stream + rn, mask=n_ok, other=0.0)
+    wf = tl.load(fn_ptr + jj[:, None] * s_fn + 128 + rn[None, :],
+                 mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+    pj += tl.sum(wf.to(tl.float32) * xs2[None, :], axis=1)
     hi = xs2.to(parts_ptr.dtype.element_ty)
     tl.store(parts_ptr + 128 + rn, hi, mask=n_ok)
     tl.store(parts_ptr + 384 + rn, (xs2 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
-    pj += tl.sum(wf3.to(tl.float32) * xs3[None, :], axis=1)
+    xs3 = tl.load(x_ptr + 3 * sx_stream + rn, mask=n_ok, other=0.0)
+    wf = tl.load(fn_ptr + jj[:, None] * s_fn + 192 + rn[None, :],
+                 mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+    pj += tl.sum(wf.to(tl.float32) * xs3[None, :], axis=1)
     hi = xs3.to(parts_ptr.dtype.element_ty)
     tl.store(parts_ptr + 192 + rn, hi, mask=n_ok)
     tl.store(parts_ptr + 448 + rn, (xs3 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)

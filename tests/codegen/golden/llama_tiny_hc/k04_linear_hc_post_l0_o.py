@@ -73,40 +73,6 @@ def k04_linear_hc_post_l0_o(
     x_rows = x_ptr + rm64[:, None] * sx_t
     w_cols = w_ptr + rn.to(tl.int64)[None, :] * 64
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
-    if SITE:
-        jj = tl.arange(0, 32)
-        wf0 = tl.load(fn_ptr + jj[:, None] * s_fn + 0 + rn[None, :],
-                      mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
-        wf1 = tl.load(fn_ptr + jj[:, None] * s_fn + 64 + rn[None, :],
-                      mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
-        wf2 = tl.load(fn_ptr + jj[:, None] * s_fn + 128 + rn[None, :],
-                      mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
-        wf3 = tl.load(fn_ptr + jj[:, None] * s_fn + 192 + rn[None, :],
-                      mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
-        hx0 = tl.load(stream_ptr + 0 * sst_h + rn, mask=n_ok, other=0.0)
-        hx1 = tl.load(stream_ptr + 1 * sst_h + rn, mask=n_ok, other=0.0)
-        hx2 = tl.load(stream_ptr + 2 * sst_h + rn, mask=n_ok, other=0.0)
-        hx3 = tl.load(stream_ptr + 3 * sst_h + rn, mask=n_ok, other=0.0)
-        hp0 = tl.load(post_ptr + 0)
-        hp1 = tl.load(post_ptr + 1)
-        hp2 = tl.load(post_ptr + 2)
-        hp3 = tl.load(post_ptr + 3)
-        hc00 = tl.load(comb_ptr + 0 * sc_i + 0)
-        hc01 = tl.load(comb_ptr + 0 * sc_i + 1)
-        hc02 = tl.load(comb_ptr + 0 * sc_i + 2)
-        hc03 = tl.load(comb_ptr + 0 * sc_i + 3)
-        hc10 = tl.load(comb_ptr + 1 * sc_i + 0)
-        hc11 = tl.load(comb_ptr + 1 * sc_i + 1)
-        hc12 = tl.load(comb_ptr + 1 * sc_i + 2)
-        hc13 = tl.load(comb_ptr + 1 * sc_i + 3)
-        hc20 = tl.load(comb_ptr + 2 * sc_i + 0)
-        hc21 = tl.load(comb_ptr + 2 * sc_i + 1)
-        hc22 = tl.load(comb_ptr + 2 * sc_i + 2)
-        hc23 = tl.load(comb_ptr + 2 * sc_i + 3)
-        hc30 = tl.load(comb_ptr + 3 * sc_i + 0)
-        hc31 = tl.load(comb_ptr + 3 * sc_i + 1)
-        hc32 = tl.load(comb_ptr + 3 * sc_i + 2)
-        hc33 = tl.load(comb_ptr + 3 * sc_i + 3)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, 64, BLOCK_K):
         kk = k0 + rk
@@ -121,32 +87,38 @@ def k04_linear_hc_post_l0_o(
     p_rows = post_ptr + rm64 * sp_t
     c_rows = comb_ptr + rm64 * sc_t
     if GEMV:
+        _hc_post_cols(acc, rn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
         if SITE:
-            a0 = tl.sum(tl.where((rm == 0)[:, None], acc, 0.0), axis=0)  # the one row
-            xs0 = hp0 * a0 + hc00 * hx0 + hc10 * hx1 + hc20 * hx2 + hc30 * hx3
-            tl.store(out_ptr + 0 * so_h + rn, xs0, mask=n_ok)
-            xs1 = hp1 * a0 + hc01 * hx0 + hc11 * hx1 + hc21 * hx2 + hc31 * hx3
-            tl.store(out_ptr + 1 * so_h + rn, xs1, mask=n_ok)
-            xs2 = hp2 * a0 + hc02 * hx0 + hc12 * hx1 + hc22 * hx2 + hc32 * hx3
-            tl.store(out_ptr + 2 * so_h + rn, xs2, mask=n_ok)
-            xs3 = hp3 * a0 + hc03 * hx0 + hc13 * hx1 + hc23 * hx2 + hc33 * hx3
-            tl.store(out_ptr + 3 * so_h + rn, xs3, mask=n_ok)
+            tl.debug_barrier()  # this program's new stream columns are stored
+            jj = tl.arange(0, 32)
             pj = tl.zeros((32,), tl.float32)
             q = tl.arange(0, 16)
             gv = tl.zeros((16,), tl.float32)
-            pj += tl.sum(wf0.to(tl.float32) * xs0[None, :], axis=1)
+            xs0 = tl.load(out_ptr + 0 * so_h + rn, mask=n_ok, other=0.0)
+            wf = tl.load(fn_ptr + jj[:, None] * s_fn + 0 + rn[None, :],
+                         mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+            pj += tl.sum(wf.to(tl.float32) * xs0[None, :], axis=1)
             hi = xs0.to(parts_ptr.dtype.element_ty)
             tl.store(parts_ptr + 0 + rn, hi, mask=n_ok)
             tl.store(parts_ptr + 256 + rn, (xs0 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
-            pj += tl.sum(wf1.to(tl.float32) * xs1[None, :], axis=1)
+            xs1 = tl.load(out_ptr + 1 * so_h + rn, mask=n_ok, other=0.0)
+            wf = tl.load(fn_ptr + jj[:, None] * s_fn + 64 + rn[None, :],
+                         mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+            pj += tl.sum(wf.to(tl.float32) * xs1[None, :], axis=1)
             hi = xs1.to(parts_ptr.dtype.element_ty)
             tl.store(parts_ptr + 64 + rn, hi, mask=n_ok)
             tl.store(parts_ptr + 320 + rn, (xs1 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
-            pj += tl.sum(wf2.to(tl.float32) * xs2[None, :], axis=1)
+            xs2 = tl.load(out_ptr + 2 * so_h + rn, mask=n_ok, other=0.0)
+            wf = tl.load(fn_ptr + jj[:, None] * s_fn + 128 + rn[None, :],
+                         mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+            pj += tl.sum(wf.to(tl.float32) * xs2[None, :], axis=1)
             hi = xs2.to(parts_ptr.dtype.element_ty)
             tl.store(parts_ptr + 128 + rn, hi, mask=n_ok)
             tl.store(parts_ptr + 384 + rn, (xs2 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
-            pj += tl.sum(wf3.to(tl.float32) * xs3[None, :], axis=1)
+            xs3 = tl.load(out_ptr + 3 * so_h + rn, mask=n_ok, other=0.0)
+            wf = tl.load(fn_ptr + jj[:, None] * s_fn + 192 + rn[None, :],
+                         mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
+            pj += tl.sum(wf.to(tl.float32) * xs3[None, :], axis=1)
             hi = xs3.to(parts_ptr.dtype.element_ty)
             tl.store(parts_ptr + 192 + rn, hi, mask=n_ok)
             tl.store(parts_ptr + 448 + rn, (xs3 - hi.to(tl.float32)).to(parts_ptr.dtype.element_ty), mask=n_ok)
@@ -163,8 +135,6 @@ def k04_linear_hc_post_l0_o(
             pj = tl.where(jj == 24, tl.sum(tl.where((q == 0) | (q == 5) | (q == 10) | (q == 15), gv, 0.0), axis=0), pj)
             tl.store(part_ptr + pid_n * 32 + jj, pj)
             tl.store(part_ptr + 64 + pid_n * 16 + q, gv)
-        else:
-            _hc_post_cols(acc, rn, m_ok, 64, s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i)
         if SITE_ROWS:
             tl.debug_barrier()  # this program's new stream columns are stored
             jj = tl.arange(0, 32)
