@@ -32,10 +32,6 @@ class Config:
         "help": "a one-row decode step finishes each mHC site's hc_pre in the last program of "
                 "the GEMM whose hc_post epilogue wrote its streams (one launch a site fewer: "
                 "decode 0.596 -> 0.580 ms on the H200, BENCHMARKS)"})
-    fold_rows: int = field(default=1, metadata={
-        "help": "with fold_sites, a step of 2 to this many rows (at most 16: the GEMV tiling) "
-                "has each folded site's GEMM write the site's partials and sum(x^2) for every "
-                "row, and the site launches its finish alone (no projection); 1: off"})
     form_sites: bool = field(default=True, metadata={
         "help": "with fold_sites, a folded site whose y is read only by the GEMV right after "
                 "it: that GEMV forms y at one row by linearity from the new streams (their "

@@ -50,10 +50,6 @@ def folds(rows: int) -> bool:
     return rows <= NARROW_ROWS
 
 
-def folds_partials(rows: int) -> bool:
-    """Whether a step of `rows` rows has a folded site's GEMM write the site's partials for
-    every row (CONFIG.fold_rows), so that the site launches its finish alone."""
-    return NARROW_ROWS < rows <= min(CONFIG.fold_rows, GEMV_ROWS)
 LAUNCHES = {"attention": (1, 2),  # (narrow step, wide step)
             "moe_router": (2, 2), "dsa": (3, 3), "mla": (3, 3)}
 MOE_ROUTE_PAIRS = 1024  # (row, expert) pairs one route program sorts: more add a count kernel
@@ -109,8 +105,6 @@ class KernelEntry:
     def launches_at(self, rows: int, decode: bool = False) -> int:
         if (self.folded and folds(rows)) or rows <= self.carried_rows:
             return 0
-        if self.folded and folds_partials(rows):
-            return 1  # the finish alone
         rows = 1 if decode and self.batched else rows
         return next(n for most, n in self.counts if most is None or rows <= most)
 
@@ -119,8 +113,6 @@ class KernelEntry:
         if self.finishes:
             also = (f"; writes {self.finishes.name}'s partials at one row" if self.finishes.formed
                     else f"; finishes {self.finishes.name} at one row")
-            if folds_partials(2):
-                also += f", its partials of 2 to {min(CONFIG.fold_rows, GEMV_ROWS)} rows"
         if self.forms:
             also += f"; forms {self.forms.name}'s y at one row"
         if self.formed and not self.folded:

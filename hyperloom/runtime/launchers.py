@@ -44,7 +44,7 @@ from hyperloom.ir.ops import Op, addend_of
 from hyperloom.ir.semantics import EVAL, Ctx
 from hyperloom.ir.semantics.dense import rope_inv_freq
 from hyperloom.ir.state import StateStore, segments
-from hyperloom.passes.kernel_plan import NARROW_ROWS, KernelEntry, folds_partials
+from hyperloom.passes.kernel_plan import NARROW_ROWS, KernelEntry
 
 Launch = Callable[[int, int], None]  # (rows, most rows of one sequence) -> None
 
@@ -152,17 +152,13 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
         kparts = load(src, hc_pre.parts_name(entry.name), device, entry.name)
         parts, block = _site_parts(spec, node, o, device), matmul.site_block(spec.d)
 
-    gemv_splits = matmul.site_programs(spec.d)  # a folded site's GEMM's programs
-
     def run(rows: int, _: int) -> None:
         if entry.formed and not entry.folded and rows <= NARROW_ROWS:
             hc_pre.launch_parts(kparts, spec, x=x, fn=fn, part=part, parts=parts, block_n=block)
         elif entry.launches_at(rows):
-            # a folded site's GEMM wrote the partials of 2 to CONFIG.fold_rows rows
-            splits = gemv_splits if entry.folded and folds_partials(rows) else 0
             hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y, post=post,
                           comb=comb, part=part, count=count, rows=rows,
-                          fused=rows <= NARROW_ROWS, ow=ow[0] if ow else None, partials=splits)
+                          fused=rows <= NARROW_ROWS, ow=ow[0] if ow else None)
     return run
 
 

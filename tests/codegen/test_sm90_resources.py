@@ -227,7 +227,7 @@ def test_formed_sites_pipeline_without_spills(kind: str, tmp_path) -> None:
             "s_comb_i")
     consts = {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k,
               "GROUP_M": t.group_m, "GEMV": t.gemv}
-    consts |= {"SITE": True, "SITE_ROWS": False} if kind == "down" else {"FORM": True}
+    consts |= {"SITE": True} if kind == "down" else {"FORM": True}
     k = _sm90(tmp_path, source, "probe", types | {n: "i32" for n in ints}, consts, t.num_warps,
               t.num_stages, ("sx_t", "so_t", "so_h", "sst_t", "sst_h", "s_fn"))
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0 and k["async_copies"] > 0, k
@@ -280,28 +280,4 @@ def test_few_row_finish_does_not_spill(few: bool, tmp_path) -> None:
     k = _sm90(tmp_path, source, "probe_finish", types, {"FEW": few}, warps, 1,
               ("sx_row", "sx_stream", "s_fn", "sy_row"))
     assert k["spill_bytes"] == 0, k
-    print(k)
-
-
-@pytest.mark.parametrize("parts", [False, True])
-def test_site_partials_of_a_few_rows_keep_the_gemv_pipelined(parts: bool, tmp_path) -> None:
-    """llama bench's o GEMV with hc_post writing a folded site's partials for 16 rows
-    (CONFIG.fold_rows, SITE_ROWS), the site finishing (parts False) or formed (True) at one
-    row: the weight stream stays pipelined and nothing spills."""
-    spec = matmul.MatmulSpec(4096, 4096, epilogue="hc_post", hc=4, site=LLAMA_SITE,
-                             site_parts=parts)
-    t = matmul.tiles(spec, 16)
-    with overrides(interpret=False):
-        source = matmul.source("probe", spec)
-    ptrs = ("x_ptr", "w_ptr", "out_ptr", "stream_ptr", "post_ptr", "comb_ptr", "fn_ptr",
-            "part_ptr", "base_ptr", "scale_ptr", "spost_ptr", "scomb_ptr", "y_ptr", "parts_ptr")
-    types = {p: "*bf16" if p in ("x_ptr", "w_ptr", "fn_ptr", "y_ptr", "parts_ptr") else "*fp32"
-             for p in ptrs} | {"count_ptr": "*i32"}
-    ints = ("rows", "sx_t", "so_t", "so_h", "sst_t", "sst_h", "sp_t", "sc_t", "sc_i", "s_fn",
-            "s_y", "s_post", "s_comb", "s_comb_i")
-    consts = {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k,
-              "GROUP_M": t.group_m, "GEMV": t.gemv, "SITE": False, "SITE_ROWS": True}
-    k = _sm90(tmp_path, source, "probe", types | {n: "i32" for n in ints}, consts, t.num_warps,
-              t.num_stages, ("sx_t", "so_t", "so_h", "sst_t", "sst_h", "s_fn"))
-    assert k["spill_bytes"] == 0 and k["async_copies"] > 0, k
     print(k)

@@ -87,38 +87,6 @@ def test_folded_and_plain_sites_match_the_reference(model, config):
 
 
 @pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])
-def test_sites_of_a_few_rows_finish_from_the_gemms_partials(model, config, monkeypatch):
-    # fold_rows: in a step of 2 to 16 rows each folded site's GEMM writes every row's partials
-    # and sum(x^2), and the site launches its finish alone; one row and 17 rows are as before
-    with overrides(fold_rows=16):
-        comp = _plan(model, config)
-        folded = [k for k in comp.plan.kernels if k.folded]
-        rows = (1, 2, 16, 17)
-        with overrides(fold_rows=1):  # plan entries read the knob as they count
-            plain = [comp.plan.launches(r) for r in rows]
-            sites = [sum(k.launches_at(r) for k in folded) for r in rows]
-        gemm = next(k for k in comp.plan.kernels if k.finishes == folded[0])
-        assert "its partials of 2 to 16 rows" in gemm.line()
-        for r, n, site in zip(rows, plain, sites):  # 2 to 16 rows: one launch a site
-            fewer = site - len(folded) if 1 < r <= 16 else 0
-            assert comp.plan.launches(r) == n - fewer and (fewer > 0) == (1 < r <= 16), r
-        ref, eng = engines(model, config, prefill_chunk=8)
-        pairs = [(ref.new_sequence(), eng.new_sequence()) for _ in range(3)]
-        for i, (a, b) in enumerate(pairs):
-            ids = prompt(5 + 2 * i, seed=20 + i)
-            ref.prefill(a, ids), eng.prefill(b, ids)
-        alone = []  # the sites' finishes launched alone, by rows
-        launch = hc_pre_emitter.launch
-        monkeypatch.setattr(hc_pre_emitter, "launch", lambda *a, **kw: (
-            kw.get("partials") and alone.append(kw["rows"])) or launch(*a, **kw))
-        for step, toks in enumerate(([7, 8, 9], [10, 11, 12])):  # bucket 4: a padding row
-            want = ref.decode([a for a, _ in pairs], toks)
-            got = eng.decode([b for _, b in pairs], toks)
-            assert_close(got, want, F32, f"{model} {config} 3-row decode {step}")
-        assert alone == [4] * 2 * len(folded), alone
-
-
-@pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])
 def test_formed_sites(model, config):
     # form_sites: the GEMV after a folded site whose y only it reads forms y at one row from
     # the streams' parts; the GEMM before writes partials only; launches are unchanged

@@ -90,13 +90,6 @@ def test_cuda_graph_batch_equals_sequences_alone():
         assert_rel(batched[i], alone.decode([s], [11 + i])[0], 1e-2, f"sequence {i}")
 
 
-def test_sites_of_a_few_rows_from_the_gemms_partials(monkeypatch):
-    # fold_rows: in the 4-row bucket each folded site's GEMV writes every row's partials and
-    # the site launches its finish alone; each sequence alone decodes at one row
-    monkeypatch.setattr(CONFIG, "fold_rows", 16)
-    test_cuda_graph_batch_equals_sequences_alone()
-
-
 @pytest.mark.parametrize("config", ["tiny-hc", "bench"])
 def test_paged_cache_matches_fp32_reference(config, monkeypatch):
     # the same checks with the KV cache in 16-token blocks (block tables, split-KV over pages)

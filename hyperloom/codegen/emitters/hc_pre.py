@@ -502,7 +502,6 @@ def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch
     part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, sum(x^2)
                for r in (*range(1, max_rows + 1, BLOCK_T), max_rows) for fused in (True, False)
                for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
-    part = max(part, (site_programs(spec.d) + 2) * BLOCK_T * jp)  # a site GEMV's (fold_rows)
     return (torch.empty(part, dtype=torch.float32, device=device),
             torch.zeros(cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
 
@@ -552,14 +551,12 @@ def launch_parts(kernel, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor,
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
            scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
            part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool,
-           ow: torch.Tensor | None = None, partials: int = 0) -> None:
+           ow: torch.Tensor | None = None) -> None:
     """kernels: the five of kernel_names(name), loaded; part, count: from scratch(spec, >=
     rows). fused: one launch whose last program per row block finishes its rows in turn (the
     faster form for one row), else the projection and a finish program per row, or above
     WIDE_ROWS rows the projection, an apply program per row and gates over row blocks.
-    ow: the site norm's weight [D] (spec.out_weight). partials: the GEMM before wrote that
-    many splits of BLOCK_T-row partials with sum(x^2) (matmul's SITE_ROWS, up to FEW_ROWS
-    rows): only the finish runs, in the streams form."""
+    ow: the site norm's weight [D] (spec.out_weight)."""
     _check(spec, rows, x=x, fn=fn, base=base, scale=scale, y=y, post=post, comb=comb)
     check_weight(spec, ow)
     if rows == 0:
@@ -567,10 +564,6 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     one, proj, finish, gates, apply = kernels
     b = _blocks(spec)
     block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
-    if partials:  # the GEMM's layout: a split a GEMV program, BLOCK_T rows each
-        block, row_blocks, rows_pad, nsplit = BLOCK_T, 1, BLOCK_T, partials
-        require(rows <= FEW_ROWS, lambda: f"hc_pre finish of {rows} rows from a GEMM's "
-                                          f"partials: at most {FEW_ROWS} rows")
     need = (nsplit + 2) * rows_pad * b["JP"]
     require(part.numel() >= need and count.numel() >= row_blocks,
             lambda: f"hc_pre scratch for {rows} rows: partials >= {need} and counters >= "
@@ -580,9 +573,6 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
     args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
             x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),
             comb.stride(1)) + ((ow,) if spec.out_weight else ())
-    if partials:
-        finish[(rows,)](*args, FEW=True, num_warps=FEW_WARPS)
-        return
     if fused:
         one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
         return

@@ -67,7 +67,7 @@ from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (
 from hyperloom.codegen.emitters.text import indented, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require
-from hyperloom.passes.kernel_plan import APART_ROWS, folds, folds_partials
+from hyperloom.passes.kernel_plan import APART_ROWS, folds
 
 SPLIT_ROWS = APART_ROWS  # hc_post epilogue: wider steps run the GEMM and hc_post apart
 
@@ -143,7 +143,7 @@ _CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "GEMV")
 
 
 def _constexprs(spec: MatmulSpec) -> tuple[str, ...]:
-    return _CONSTEXPRS + (("SITE", "SITE_ROWS") if spec.site else ()) \
+    return _CONSTEXPRS + (("SITE",) if spec.site else ()) \
         + (("FORM",) if spec.site_in else ())
 
 
@@ -468,12 +468,6 @@ def site_parts(site: hc_pre.HCPreSpec, dtype: torch.dtype, device) -> torch.Tens
     return torch.empty((2 * site.n, site.d), dtype=dtype, device=device)
 
 
-def writes_site_rows(spec: MatmulSpec, rows: int) -> bool:
-    """Whether a step of `rows` rows writes spec.site's partials for every row (2 to
-    CONFIG.fold_rows rows), for the site's finish launched alone (`hc_pre.launch`, partials=)."""
-    return spec.site is not None and folds_partials(rows)
-
-
 def finishes_site(spec: MatmulSpec, rows: int) -> bool:
     """Whether a step of `rows` rows finishes spec.site in the GEMM (one row, the GEMV path
     with the epilogue fused); the site's own hc_pre launch is then skipped."""
@@ -503,16 +497,10 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
         hc_pre.check_weight(spec.site, site.ow)
         bound |= site.bound()
         extra["SITE"] = finishes_site(spec, rows)
-        extra["SITE_ROWS"] = writes_site_rows(spec, rows)
         _, jp = hc_pre.projections(spec.site)
         gram, nn = hc_pre.gram(spec.site)
         need = gram + grid[0] * nn if spec.site_parts else grid[0] * jp
-        if extra["SITE_ROWS"]:
-            need = grid[0] * t.block_m * jp
-            require(t.gemv and t.block_m == hc_pre.BLOCK_T,
-                    lambda: f"site partials of {rows} rows: the GEMV tiling's {hc_pre.BLOCK_T}-row "
-                            f"block, got {t}")
-        require(not (extra["SITE"] or extra["SITE_ROWS"]) or site.part.numel() >= need,
+        require(not extra["SITE"] or site.part.numel() >= need,
                 lambda: f"site partials: >= {need} floats, got {site.part.numel()}")
         if spec.site_parts and extra["SITE"]:
             _check_parts(spec.site, site.parts)

@@ -60,7 +60,6 @@ def _hc_post(spec: MatmulSpec) -> list[str]:
     lines += ["if GEMV:", f"    _hc_post_cols(acc, rn, m_ok, {spec.n_out}, {args})"]
     if spec.site:
         lines += ["    if SITE:"] + indented(indented(_site(spec)))
-        lines += ["    if SITE_ROWS:"] + indented(indented(_site_rows(spec)))
     lines.append("else:")
     chunks = [("acc", "")]
     for level in range(1, EPI_LEVELS + 1):
@@ -108,31 +107,6 @@ def _site(spec: MatmulSpec) -> list[str]:
                                    "so_h", "s_y", "s_post", "s_comb", "s_comb_i"]
               + ["ow_ptr"] * spec.site.out_weight + [consts], ")",
               16).splitlines(),
-    ]
-
-
-def _site_rows(spec: MatmulSpec) -> list[str]:
-    """A GEMV step of 2 to 16 rows (CONFIG.fold_rows): this program's columns of X' @ fn^T for
-    every row (X' the new streams it just stored) and their sum(x^2) in column J, to the site's
-    partials as hc_pre's projection lays them out (split pid_n, BLOCK_M rows a split); the
-    site's finish launches next."""
-    j, jp = hc_pre.projections(spec.site)
-    dot = hc_pre.partial_dot("xs", "wf", "pj").rstrip("\n").splitlines()
-    return [
-        "tl.debug_barrier()  # this program's new stream columns are stored",
-        f"jj = tl.arange(0, {jp})",
-        f"pj = tl.zeros((BLOCK_M, {jp}), tl.float32)",
-        "ss = tl.zeros((BLOCK_M,), tl.float32)",
-        f"for i in tl.static_range({spec.hc}):",
-        "    xs = tl.load(out_ptr + rm64[:, None] * so_t + i * so_h + rn[None, :],",
-        "                 mask=m_ok[:, None] & n_ok[None, :], other=0.0)",
-        f"    wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * {spec.n_out} + rn[None, :],",
-        f"                 mask=(jj < {j})[:, None] & n_ok[None, :], other=0.0)",
-        "    ss += tl.sum(xs * xs, axis=1)",
-        *indented(dot),
-        f"at = part_ptr + (pid_n * BLOCK_M + rm64) * {jp}",
-        f"tl.store(at[:, None] + jj[None, :], pj, mask=m_ok[:, None] & (jj != {j})[None, :])",
-        f"tl.store(at + {j}, ss, mask=m_ok)",
     ]
 
 

@@ -55,7 +55,7 @@ def k07_linear_hc_post_l0_down(
     x_ptr, w_ptr, out_ptr, stream_ptr, post_ptr, comb_ptr, rows, sx_t, so_t, so_h, sst_t, sst_h,
     sp_t, sc_t, sc_i, fn_ptr, part_ptr, parts_ptr, s_fn, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, GEMV: tl.constexpr,
-    SITE: tl.constexpr, SITE_ROWS: tl.constexpr):
+    SITE: tl.constexpr):
     pid = tl.program_id(0)
     num_m = tl.cdiv(rows, BLOCK_M)
     num_n = tl.cdiv(64, BLOCK_N)
@@ -135,27 +135,6 @@ def k07_linear_hc_post_l0_down(
             pj = tl.where(jj == 24, tl.sum(tl.where((q == 0) | (q == 5) | (q == 10) | (q == 15), gv, 0.0), axis=0), pj)
             tl.store(part_ptr + pid_n * 32 + jj, pj)
             tl.store(part_ptr + 64 + pid_n * 16 + q, gv)
-        if SITE_ROWS:
-            tl.debug_barrier()  # this program's new stream columns are stored
-            jj = tl.arange(0, 32)
-            pj = tl.zeros((BLOCK_M, 32), tl.float32)
-            ss = tl.zeros((BLOCK_M,), tl.float32)
-            for i in tl.static_range(4):
-                xs = tl.load(out_ptr + rm64[:, None] * so_t + i * so_h + rn[None, :],
-                             mask=m_ok[:, None] & n_ok[None, :], other=0.0)
-                wf = tl.load(fn_ptr + jj[:, None] * s_fn + i * 64 + rn[None, :],
-                             mask=(jj < 24)[:, None] & n_ok[None, :], other=0.0)
-                ss += tl.sum(xs * xs, axis=1)
-                wt = tl.trans(wf)
-                if fn_ptr.dtype.element_ty == tl.bfloat16:
-                    x_hi = xs.to(tl.bfloat16)
-                    pj = tl.dot(x_hi, wt, pj)
-                    pj = tl.dot((xs - x_hi.to(tl.float32)).to(tl.bfloat16), wt, pj)
-                else:
-                    pj = tl.dot(xs, wt.to(tl.float32), pj, input_precision="tf32x3")
-            at = part_ptr + (pid_n * BLOCK_M + rm64) * 32
-            tl.store(at[:, None] + jj[None, :], pj, mask=m_ok[:, None] & (jj != 24)[None, :])
-            tl.store(at + 24, ss, mask=m_ok)
     else:
         acc0, acc1 = _halves(acc, BLOCK_M, BLOCK_N // 2)
         acc00, acc01 = _halves(acc0, BLOCK_M, BLOCK_N // 4)
