@@ -75,7 +75,7 @@ def tma(spec, rows: int, o: dict, part: torch.Tensor, block: int, k: int, stages
     return issue, rows_pad
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=None, help="GPU: 4096; CPU: 600")
     p.add_argument("--n", type=int, default=4)
@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         issue, pad = tma(spec, rows, o, part, block, k, stages, warps, splits)
         cases.append((f"tma {block} rows, K {k}, {stages} stages, {warps} warps, {splits} "
                       f"splits", issue, pad, splits))
+    results = []
     for name, issue, pad, splits in cases:
         try:
             issue()
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
             if gpu else float("nan")
         rate = rows * spec.n * d * 4 / us / 1e6
         print(f"{name:56s} err {err:.2e} {us:8.2f} us {rate:5.2f} TB/s of X", flush=True)
+        results.append({"variant": name, "err": err, "us": us})
+    return results
 
 
 if __name__ == "__main__":
