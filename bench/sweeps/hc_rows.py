@@ -164,8 +164,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             us = common.graph_us(lambda: [x.sum(0) for _ in range(LAUNCHES)], LAUNCHES)
             print(f"rows {r:4d} torch x.sum(0) {us:8.2f} us {x.numel() * 4 / us / 1e6:5.2f} "
                   "TB/s of X", flush=True)
+    names = a.variants or ";".join(k for k in VARIANTS if (k in WIDE) == a.wide)
     for r in rows:
-        names = a.variants or ";".join(k for k in VARIANTS if (k in WIDE) == a.wide)
         for name in (v for v in names.split(";") if v):
             patch, iters = VARIANTS[name]
             res = one(spec, r, {"WIDE_ROWS": WIDE_ROWS} | patch, iters, dev, dtype)

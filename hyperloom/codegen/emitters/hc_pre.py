@@ -133,8 +133,6 @@ def signature(spec: HCPreSpec) -> list[str]:
     return _SIG + (["ow_ptr"] if spec.out_weight else [])
 
 
-
-
 def _constexprs(spec: HCPreSpec) -> list[str]:
     b = _blocks(spec)
     vals = {"N": spec.n, "D": spec.d, "J": b["J"], "NP": b["NP"], "JP": b["JP"],
