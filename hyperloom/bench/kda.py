@@ -206,6 +206,10 @@ class Path:
 
 
 ROTATE_BYTES = 256 << 20  # the state one timed decode graph walks: 5x an H200's 50 MiB L2
+# a KDA layer's decode is timed as this many consecutive steps in one graph, as a model's layers
+# run (one graph a token, no launch of its own a layer); its weights, read once a step, push the
+# states out of L2 between steps. The one-step graph's time joins the row's notes
+LAYER_RUN = 8
 
 
 def rotation(spec: KDASpec, batch: int, gpu: bool) -> int:
@@ -366,25 +370,32 @@ class KDABench:
 
     def layer(self, batch: int) -> KDAResult:
         """One decode step (a row a sequence) of a whole KDA site from random states
-        (`bench.kda_layer`), timed under CUDA-graph replay (its weights, read once a step, push
-        each step's states out of L2), after its output and states are checked against the
-        reference interpreter."""
+        (`bench.kda_layer`), after its output and states are checked against the reference
+        interpreter; timed under CUDA-graph replay, per step of LAYER_RUN steps in a graph,
+        and as a graph of one step (in the notes)."""
         name = f"kda layer b{batch}"
         step = kda_layer.LayerStep(self.model, DType.of(self.dtype), batch, self.device, self.gen)
+        gpu = self.device.type == "cuda"
+        run = LAYER_RUN if gpu else 1
         with torch.no_grad():
             step.run()
             err = step.check(self.tol, name)
-            t = median_seconds(graphed(step.run, self.device), self.device, reps=20)
+            t = median_seconds(graphed(lambda: step.repeat(run), self.device), self.device,
+                               reps=20) / run
+            alone = median_seconds(graphed(step.run, self.device), self.device) if gpu else None
         r = KDAResult(name, kda_layer.layer_bytes(step.graph, batch), "bytes", t,
                       kernels=step.prog.plan.launches(batch, decode=True), rel_err=err)
         r.batch = batch
         r.extra = {"heads": self.model.config.linear_num_heads,
                    "head_dim": self.model.config.linear_head_dim, "rows": batch,
                    "ours_kernel": "the engine's kernels for one KDA site",
-                   "timing": "cuda graph of one step" if self.device.type == "cuda"
-                   else "eager launches",
+                   "timing": f"cuda graph of {run} consecutive steps; per step" if gpu
+                   else "eager launches", "one_step_graph_s": alone,
                    "checked_against": "the reference interpreter (fp32)", "baseline": None,
                    "notes": [], "vs_fla": None}
+        if alone is not None:
+            r.extra["notes"].append(f"one step as a graph of its own: {alone * 1e3:.3f} ms "
+                                    f"({(alone - t) * 1e6:.1f} us more: a graph launch a step)")
         if self.profile_steps:
             r.profile = profile_top(step.run, self.device, self.profile_steps)
         return r

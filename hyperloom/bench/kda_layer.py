@@ -74,6 +74,11 @@ class LayerStep:
         for f in self.launches:
             f()
 
+    def repeat(self, steps: int) -> None:
+        """`steps` steps in a row, each from the states the one before it left."""
+        for _ in range(steps):
+            self.run()
+
     def check(self, tol: float, name: str) -> float:
         """After one run: the streams and every state against run_graph's (fp32) from the
         starting states, sequence by sequence; the worst relative error."""

@@ -268,6 +268,8 @@ def test_kda_layer_rows(no_fla, tmp_path):
         hc_pre_at_two = 2 if kernel_plan.HC_WIDE_ROWS >= 2 else 3
         assert r["kernels_per_step"] == {1: 5, 2: 5 + hc_pre_at_two}[batch]
         assert r["batch"] == batch and r["baselines_s"] == {}
+        # off a GPU one eager step is timed; on one, LAYER_RUN steps in a graph and one alone
+        assert r["timing"] == "eager launches" and r["one_step_graph_s"] is None
 
 
 def test_kda_layer_refuses_a_wrong_state(monkeypatch):
