@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from hyperloom.codegen.emitters.matmul_spec import MatmulSpec
 
 SMEM_BYTES = 160 * 1024  # pipelined operand tiles (Hopper: 227 KB a block, the rest scratch)
-GEMV_K = 256  # weight columns (K) a GEMV program reads a step
 
 
 @dataclass(frozen=True)
@@ -36,19 +35,18 @@ def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Ti
     k_max = max(16, next_power_of_2(spec.k))
     if rows <= GEMV_ROWS:
         # GEMV: one 16-row block (the smallest tensor-core M) holds every row, so each weight
-        # element is read once, GEMV_K deep a step. A program reads 32 weight rows while that
-        # is one wave of programs, else 64 (gate and up: 32 of each); 64 to 96 KB of them in
-        # flight. H200 sweep at 128-deep steps, one row, weights cold in L2 (us): qkv 6144x4096
-        # 15.1 at 64 rows and 6 stages (32 rows: 15.9; 16 rows, 384 programs filling 97% of
-        # three waves: 18.5), o 4096x4096 12.3 at 32 rows and 8 stages (6: 12.5; 64 rows:
-        # 13.7), gate_up 2x12288x4096 50.5 at 32+32 rows and 4 stages (6: 53.9), down
-        # 4096x12288 28.6 at 32 rows and 8 stages (6: 29.6), LM head 32000x4096 64.0 at 64
-        # rows and 6 stages (32 rows: 66.4). The same bytes in 256-deep steps: half the steps
-        # (the MoE GEMVs gained 5-14% so: moe_experts.FEW_ROWS)
+        # element is read once, K steps deep. A program reads 32 weight rows while that is one
+        # wave of programs, else 64 (gate and up: 32 of each); about 64 KB of them in flight.
+        # H200 sweep, one row, weights cold in L2 (us): qkv 6144x4096 15.1 at 64 rows and 6
+        # stages (32 rows: 15.9; 16 rows, 384 programs filling 97% of three waves: 18.5), o
+        # 4096x4096 12.3 at 32 rows and 8 stages (6: 12.5; 64 rows: 13.7), gate_up
+        # 2x12288x4096 50.5 at 32+32 rows and 4 stages (6: 53.9), down 4096x12288 28.6 at 32
+        # rows and 8 stages (6: 29.6), LM head 32000x4096 64.0 at 64 rows and 6 stages (32
+        # rows: 66.4)
         w_rows = weight_rows(spec.n)
         swiglu = spec.epilogue == "swiglu"
-        stages = 4 if w_rows == 32 else 3
-        t = Tiles(16, w_rows // 2 if swiglu else w_rows, min(GEMV_K, k_max), 1, 4, stages,
+        stages = 8 if w_rows == 32 else 4 if swiglu else 6
+        t = Tiles(16, w_rows // 2 if swiglu else w_rows, min(128, k_max), 1, 4, stages,
                   gemv=True)
     elif rows <= 64:
         t = Tiles(64, 64, min(128, k_max), 8, 4, 4)
