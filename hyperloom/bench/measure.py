@@ -16,22 +16,19 @@ from torch.autograd import DeviceType
 
 # off a GPU (the interpreter: timings mean nothing) a few runs show the code path works
 CPU_WARMUP, CPU_REPS = 1, 3
+# on a GPU each timed function first runs for this long, waited on call by call: the card's
+# clocks ramp up under load, and a step timed right after idle time (a compile, a check) ran
+# slower than the same step after another one's long timing (BENCHMARKS, twentieth session)
+WARM_S = 0.25
 
 
 def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int = 3,
                    reps: int = 20) -> float:
     if device.type != "cuda":
-        warmup, reps = min(warmup, CPU_WARMUP), min(reps, CPU_REPS)
+        return _host_median(fn, min(warmup, CPU_WARMUP), min(reps, CPU_REPS))
     for _ in range(warmup):
         fn()
-    if device.type != "cuda":
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
-    torch.cuda.synchronize()
+    _busy(fn, device, WARM_S)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(reps)]
     for start, end in events:
@@ -40,6 +37,27 @@ def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int =
         end.record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in events) / 1e3
+
+
+def _host_median(fn: Callable[[], object], warmup: int, reps: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _busy(fn: Callable[[], object], device: torch.device, seconds: float) -> None:
+    """Runs fn until `seconds` have passed, each call waited for (the host never queues more
+    than one call ahead of the card)."""
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn()
+        torch.cuda.synchronize(device)
 
 
 def host_seconds(fn: Callable[[], object], device: torch.device, reps: int = 20) -> float:
