@@ -16,9 +16,9 @@ from torch.autograd import DeviceType
 
 # off a GPU (the interpreter: timings mean nothing) a few runs show the code path works
 CPU_WARMUP, CPU_REPS = 1, 3
-# on a GPU each timed function first runs for this long, waited on call by call: the card's
-# clocks ramp up under load, and a step timed right after idle time (a compile, a check) ran
-# slower than the same step after another one's long timing (BENCHMARKS, twentieth session)
+# on a GPU each timed function first runs for this long, call by call, so that each is timed
+# after the same load (ours used to be timed right after its check, the baselines after long
+# runs); on an H100 llama decode b1 / b16 timed 0.3 / 0.7% faster so (BENCHMARKS, twentieth)
 WARM_S = 0.25
 
 
