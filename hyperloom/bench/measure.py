@@ -120,6 +120,13 @@ def profile_top(fn: Callable[[], object], device: torch.device, steps: int,
     return top_ops(prof.key_averages(), gpu, steps, wall * 1e6 / steps)[:top]
 
 
+def add_weights(profile: list[dict], weights: dict[str, int]) -> list[dict]:
+    """The profile's rows with `weight_bytes`, a step's weight bytes that kernel reads
+    (`work.kernel_weights`), where it reads any."""
+    return [row | ({"weight_bytes": weights[row["name"]]} if row["name"] in weights else {})
+            for row in profile]
+
+
 def top_ops(averages, gpu: bool, steps: int, step_us: float) -> list[dict]:
     """Rows of profiler averages by time, largest first: device time of the device's events
     (kernels, copies) on a GPU, else self CPU time of the CPU ops (nesting counted once)."""

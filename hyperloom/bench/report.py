@@ -62,10 +62,19 @@ def record(results: list[Result], limits: Limits, info: dict) -> dict:
         if r.host_s is not None:
             row["host_s"] = r.host_s
         if r.profile is not None:
-            row["profile"] = r.profile
+            row["profile"] = [_rated(k, limits) for k in r.profile]
         row |= getattr(r, "extra", {})  # a scenario's own fields (bench.kda: width, notes, ...)
         rows.append(row)
     return {"meta": info, "results": rows}
+
+
+def _rated(kernel: dict, limits: Limits) -> dict:
+    """A profile row with the rate at which its kernel reads its weights, as a fraction of the
+    copy bandwidth, where the row knows their bytes."""
+    if not kernel.get("weight_bytes") or not kernel["us_per_step"]:
+        return kernel
+    return kernel | {"weight_fraction": kernel["weight_bytes"] / (kernel["us_per_step"] * 1e-6)
+                     / limits.bandwidth}
 
 
 def vs_b1(r: Result, results: list[Result]) -> float | None:
@@ -143,10 +152,13 @@ def _profile_lines(profile: list[dict] | None) -> list[str]:
     if profile is None:
         return []
     lines = [f"    profile: top {min(len(profile), PROFILE_ROWS)} of our step "
-             "(us per step, share of the step, calls per step)"]
+             "(us per step, share of the step, calls per step [its weights, read at % of the "
+             "copy rate])"]
     for k in profile[:PROFILE_ROWS]:
+        rate = (f"  [{k['weight_bytes'] / 1e6:.1f} MB of weights, "
+                f"{100 * k['weight_fraction']:.0f}%]" if "weight_fraction" in k else "")
         lines.append(f"    {k['us_per_step']:>10.1f}us {100 * k['share']:>5.1f}% "
-                     f"{k['calls_per_step']:>6g}x  {k['name'][:80]}")
+                     f"{k['calls_per_step']:>6g}x  {k['name'][:80]}{rate}")
     return lines
 
 

@@ -12,8 +12,9 @@ import torch
 
 import hyperloom
 from hyperloom.bench.lowering import lower, run_routed
-from hyperloom.bench.measure import Limits, host_seconds, median_seconds, profile_top
-from hyperloom.bench.work import decode_bytes, prefill_flops, site_bytes
+from hyperloom.bench.measure import (Limits, add_weights, host_seconds, median_seconds,
+                                     profile_top)
+from hyperloom.bench.work import decode_bytes, kernel_weights, prefill_flops, site_bytes
 from hyperloom.codegen.compilation import compile_graph
 from hyperloom.ir.builder import GraphBuilder, Residual
 from hyperloom.ir.graph import Graph
@@ -151,9 +152,14 @@ class Bench:
     def _baseline(self, graph: Graph, max_seq_len: int, slots: int = 1):
         return lower(graph, self.weights, max_seq_len, self.device, slots)
 
-    def _profile(self, r: Result, step) -> None:
+    def _profile(self, r: Result, step, program: Program | None = None, rows: int = 0) -> None:
+        """A profile of `step`; with the program of a decode step of `rows` rows, each kernel's
+        weight bytes too (the report gives their rate)."""
         if self.profile_steps:
             r.profile = profile_top(step, self.device, self.profile_steps)
+            if program is not None:
+                r.profile = add_weights(r.profile, kernel_weights(program.plan, program.graph,
+                                                                  rows))
 
     # -- decode --------------------------------------------------------------------------
     def decode(self, ctx: int, batch: int = 1) -> Result:
@@ -176,7 +182,7 @@ class Bench:
         r = Result(name, decode_bytes(self.model, ctx, batch, experts), "bytes",
                    median_seconds(replay, self.device), kernels=_launches(eng, batch, True),
                    rel_err=err, batch=batch, ctx=ctx)
-        self._profile(r, replay)
+        self._profile(r, replay, runner.program, batch)
         r.baselines_s["eager"] = median_seconds(lambda: base(tok_d, pos), self.device)
         if self.compile_modes:
             cm = torch.compile(base, mode="reduce-overhead")

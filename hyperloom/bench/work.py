@@ -4,9 +4,11 @@ and FLOPs a prefill must do (each op in its cheapest exact form)."""
 
 from __future__ import annotations
 
+from hyperloom.codegen.cache import shared_name
 from hyperloom.ir.graph import Graph, Node
 from hyperloom.ir.ops import Op
 from hyperloom.models import Model
+from hyperloom.passes.kernel_plan import KernelPlan
 from hyperloom.passes.rewrite import producers
 
 EMBED = "embed_tokens.weight"
@@ -127,3 +129,28 @@ def site_bytes(graph: Graph, rows: int) -> float:
     streams = rows * int(shape[1]) * int(shape[2]) * 4
     y = rows * int(shape[2]) * next(graph.by_op(Op.HC_PRE)).types[0].dtype.torch.itemsize
     return float(3 * streams + 2 * y + _nbytes(graph))
+
+
+# ops whose launch reads only some of their weight rows (the chosen experts, the embedded tokens)
+PART_READ = (Op.MOE_EXPERTS, Op.EMBEDDING, Op.EMBED_STREAMS)
+
+
+def kernel_weights(plan: KernelPlan, graph: Graph, rows: int) -> dict[str, int]:
+    """Weight bytes a step of `rows` rows reads, by the name of the kernel that reads them (a
+    plan entry's layer-free name, as profiles show it; an entry that launches nothing at this
+    width counts under the entry whose launch runs it). Entries of PART_READ ops are left out,
+    and so are a folded site's weights, which the GEMM before it reads. `graph`: the compiled
+    one (its derived weights are the ones read)."""
+    host = {id(k.carries): k for k in plan.kernels if k.carries}
+    types, out = graph.value_types(), {}
+    for k in plan.kernels:
+        if k.node.op in PART_READ:
+            continue
+        reader = k if k.launches_at(rows, decode=True) else host.get(id(k))
+        if reader is None:
+            continue
+        size = sum(types[a].nbytes() for a in k.node.args if a.startswith("@"))
+        if size:
+            name = shared_name(reader.name)
+            out[name] = out.get(name, 0) + size
+    return out

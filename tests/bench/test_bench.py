@@ -20,10 +20,12 @@ from torch.autograd import DeviceType
 import hyperloom
 from hyperloom.bench import baseline_ops, compile_time, report
 from hyperloom.bench.lowering import lower
-from hyperloom.bench.measure import Limits, top_ops
+from hyperloom.bench.measure import Limits, add_weights, top_ops
 from hyperloom.bench.scenarios import AgreementError, Bench, Result, _check, _check_rows, \
     decode_bytes
+from hyperloom.bench.work import kernel_weights
 from hyperloom.cli import _decode_shapes, main
+from hyperloom.codegen.compilation import compile_graph
 from hyperloom.config import CONFIG
 from hyperloom.errors import InputError
 from hyperloom.models.random_weights import random_weights
@@ -294,6 +296,49 @@ def test_table_reports_vs_b1_and_the_issue_targets():
     assert report.targets(report.record(results[3:], Limits(1e3, 1.0), _meta())) == []
     glm = _meta() | {"model": "glm5next --config glm-5.3-flash --layers 4"}
     assert report.targets(report.record(results, Limits(1e3, 1.0), glm)) == []  # llama's
+
+
+def test_kernel_weights_are_the_weights_each_kernel_reads():
+    """llama tiny (hidden 64, q 64 + k, v 32 each, inter 128, vocab 256, 2 layers, fp32): each
+    GEMM's weights once a layer, the layers' summed under the kernels' layer-free name; the
+    embedding (a gather) and attention (no weights) are not listed."""
+    spec = hyperloom.build("llama", "tiny", dtype=torch.float32)
+    comp = compile_graph(spec.main, 16)
+    c, layers = spec.config, spec.config.num_hidden_layers
+    h, kv = c.hidden_size, c.num_key_value_heads * c.hidden_size // c.num_attention_heads
+    want = {"norm_linear_q_k_v": (h + 2 * kv) * h, "linear_residual_o": h * h,
+            "swiglu_linear_gate_up": 2 * c.intermediate_size * h,
+            "linear_residual_down": h * c.intermediate_size}
+    got = kernel_weights(comp.plan, comp.graph, 1)
+    head = next(n for n in got if n.endswith("lm_head"))
+    assert got == {k: layers * 4 * v for k, v in want.items()} | {head: 4 * c.vocab_size * h}
+
+
+def test_kernel_weights_follow_the_launch_that_reads_them():
+    """GLM tiny: at one row the KDA recurrence's launch runs g_b's GEMM (its weights count
+    under the recurrence); at 16 rows g_b's entry launches itself."""
+    spec = hyperloom.build("glm5next", "tiny", dtype=torch.float32)
+    comp = compile_graph(spec.main, 16)
+    one, wide = (kernel_weights(comp.plan, comp.graph, rows) for rows in (1, 16))
+    g_b = wide["linear_gated_norm_g_b"]
+    assert g_b > 0 and not any("g_b" in n for n in one) and "kda_kda" not in wide
+    assert one["kda_kda"] == g_b
+    assert one["kda_conv_q_conv1d"] == wide["kda_conv_q_conv1d"]  # f_b's, up to 16 rows
+
+
+def test_profile_rows_give_their_kernels_weight_rate():
+    r = Result("decode b1 ctx1024", 1.0, "bytes", 1e-3, {})
+    r.profile = add_weights([{"name": "gemv", "calls_per_step": 1.0, "us_per_step": 10.0,
+                              "share": 0.5},
+                             {"name": "attend", "calls_per_step": 1.0, "us_per_step": 5.0,
+                              "share": 0.25}], {"gemv": 24_000_000, "other": 1})
+    rec = report.record([r], Limits(3e12, 1.0), _meta())
+    gemv, attend = rec["results"][0]["profile"]
+    assert gemv["weight_fraction"] == pytest.approx(0.8)  # 24 MB in 10 us: 2.4 of 3 TB/s
+    assert "weight_bytes" not in attend and "weight_fraction" not in attend
+    text = report.rows(rec["results"][0])
+    assert "gemv  [24.0 MB of weights, 80%]" in text
+    assert text.splitlines()[-1].endswith("attend")
 
 
 def test_bench_on_cpu_refuses_big_configs(capsys):
