@@ -20,9 +20,8 @@ from types import ModuleType
 import torch
 
 from hyperloom.bench import kda_layer
-from hyperloom.bench.measure import add_weights, median_seconds, profile_top
-from hyperloom.bench.scenarios import Result, agree
-from hyperloom.bench.work import kernel_weights
+from hyperloom.bench.measure import median_seconds, profile_top
+from hyperloom.bench.scenarios import Result, agree, step_profile
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import kda as recurrent
 from hyperloom.codegen.emitters.kda import KDASpec
@@ -398,8 +397,7 @@ class KDABench:
             r.extra["notes"].append(f"one step as a graph of its own: {alone * 1e3:.3f} ms "
                                     f"({(alone - t) * 1e6:.1f} us more: a graph launch a step)")
         if self.profile_steps:
-            r.profile = add_weights(profile_top(step.run, self.device, self.profile_steps),
-                                    kernel_weights(step.prog.plan, step.prog.graph, batch))
+            r.profile = step_profile(step.run, self.device, self.profile_steps, step.prog, batch)
         return r
 
     def _run(self, name: str, x: Inputs, ours: Path, fla: dict[str, Path], graph: bool,

@@ -67,6 +67,16 @@ PREFILL_MODES = ("default", "max-autotune-no-cudagraphs")  # torch.compile's, fo
 EXPERT_SPREAD = 0.02  # the bench's routed experts: one shared draw plus 2% of their own
 
 
+def step_profile(step, device: torch.device, steps: int, program: Program | None = None,
+                 rows: int = 0) -> list[dict]:
+    """A profile of `step`; with the program of a decode step of `rows` rows, each kernel's
+    weight bytes too (the report gives their rate)."""
+    profile = profile_top(step, device, steps)
+    if program is None:
+        return profile
+    return add_weights(profile, kernel_weights(program.plan, program.graph, rows))
+
+
 class AgreementError(AssertionError):
     """The engine and the baseline disagree: timing them would compare different work."""
 
@@ -153,13 +163,8 @@ class Bench:
         return lower(graph, self.weights, max_seq_len, self.device, slots)
 
     def _profile(self, r: Result, step, program: Program | None = None, rows: int = 0) -> None:
-        """A profile of `step`; with the program of a decode step of `rows` rows, each kernel's
-        weight bytes too (the report gives their rate)."""
         if self.profile_steps:
-            r.profile = profile_top(step, self.device, self.profile_steps)
-            if program is not None:
-                r.profile = add_weights(r.profile, kernel_weights(program.plan, program.graph,
-                                                                  rows))
+            r.profile = step_profile(step, self.device, self.profile_steps, program, rows)
 
     # -- decode --------------------------------------------------------------------------
     def decode(self, ctx: int, batch: int = 1) -> Result:

@@ -141,13 +141,11 @@ def kernel_weights(plan: KernelPlan, graph: Graph, rows: int) -> dict[str, int]:
     width counts under the entry whose launch runs it). Entries of PART_READ ops are left out,
     and so are a folded site's weights, which the GEMM before it reads. `graph`: the compiled
     one (its derived weights are the ones read)."""
-    host = {id(k.carries): k for k in plan.kernels if k.carries}
     types, out = graph.value_types(), {}
-    for k in plan.kernels:
-        if k.node.op in PART_READ:
-            continue
-        reader = k if k.launches_at(rows, decode=True) else host.get(id(k))
-        if reader is None:
+    for prev, k in zip((None, *plan.kernels), plan.kernels):
+        carried = prev is not None and prev.carries is not None and prev.carries.name == k.name
+        reader = k if k.launches_at(rows, decode=True) else prev if carried else None
+        if reader is None or k.node.op in PART_READ:
             continue
         size = sum(types[a].nbytes() for a in k.node.args if a.startswith("@"))
         if size:
