@@ -194,3 +194,14 @@ def test_tma_projection_forms_are_checked() -> None:
     X_flat @ fn^T, as the committed projection's do."""
     got = _sweep("hc_proj_tma").main(["--rows", "40"])
     assert len(got) == 9 and all(r["err"] < 1e-5 for r in got), got
+
+
+def test_kda_state_layouts_are_checked(monkeypatch) -> None:
+    import torch
+    sweep = _sweep("kda_state_layout")
+    got = sweep.main(["kdv:16x1", "vdk:16x1", "vdk:8x2", "--batches", "2"])
+    assert all(r["err"] < REL[torch.float32] for r in got), got
+    # the transposed pool read through the committed pointer: the state read is S^T
+    monkeypatch.setitem(sweep.LAYOUT_PTR, "vdk", sweep.COMMITTED_PTR)
+    got = sweep.main(["vdk:16x1", "--batches", "2"])
+    assert got[0]["err"] > 1e-2, got

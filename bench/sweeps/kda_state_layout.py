@@ -1,0 +1,135 @@
+"""Time KDA's recurrent decode step (`hyperloom.codegen.emitters.kda`) with each sequence's fp32
+state in its committed layout, [dk, dv] per head, against the transposed one, [dv, dk]. A
+program owns BV state columns (dv) of a head: in the committed layout those are 128 strided
+pieces of BV * 4 bytes; transposed, one contiguous block of BV * 128 * 4 bytes. The variant is
+the committed kernel with its state pointer's two strides swapped, so everything else (tiling,
+PDL, cache hints) stays. Variants `LAYOUT:BVxW` (LAYOUT kdv or vdk, BV columns a program, W
+warps); `fla` adds fla's fused_recurrent_kda where it imports.
+
+Each variant's output and final state are checked against the reference recurrence first. On a
+GPU each batch is timed as the bench times its KDA step (`bench.kda`: one CUDA graph of a step
+on each of enough state copies that none is found in L2, the time per step), in alternating
+rounds; on a CPU: a tiny width, checks only.
+
+    python bench/sweeps/kda_state_layout.py kdv:16x1 vdk:16x1 vdk:32x1 vdk:16x2 fla"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from hyperloom.bench import kda as bench_kda
+from hyperloom.bench.measure import median_seconds
+from hyperloom.bench.scenarios import rel_err
+from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters import kda
+from hyperloom.codegen.emitters.kda import KDASpec
+
+COMMITTED_PTR = "kk[:, None] * D + c[None, :]"
+LAYOUT_PTR = {"kdv": COMMITTED_PTR, "vdk": "kk[:, None] + c[None, :] * D"}
+
+
+def kernel(spec: KDASpec, layout: str, device: torch.device):
+    """The recurrent kernel reading and writing the state in `layout`."""
+    source = kda._recurrent("sweep_kda", spec, f"sweep: KDA state {layout}")
+    if source.count(COMMITTED_PTR) != 1:
+        raise ValueError("the committed kernel's state pointer is not where this sweep expects")
+    return load(source.replace(COMMITTED_PTR, LAYOUT_PTR[layout]), "sweep_kda", device)
+
+
+def parse(variant: str) -> tuple[str, int, int]:
+    layout, tile = variant.split(":")
+    bv, warps = (int(n) for n in tile.split("x"))
+    if layout not in LAYOUT_PTR:
+        raise ValueError(f"layout {layout!r}: one of {sorted(LAYOUT_PTR)}")
+    return layout, bv, warps
+
+
+def ours(spec: KDASpec, x: bench_kda.Inputs, copies: int, variant: str,
+         device: torch.device) -> bench_kda.Path:
+    """A Path of our kernel in the variant's layout and tiling; `first` returns the state in
+    the committed layout."""
+    layout, bv, warps = parse(variant)
+    run = kernel(spec, layout, device)
+    h, d = spec.heads, spec.head_dim
+    pool = x.state.repeat(copies, 1, 1, 1)
+    if layout == "vdk":
+        pool = pool.transpose(-1, -2).contiguous()
+    slots = [x.slot + c * x.batch for c in range(copies)]
+    out = torch.empty_like(x.q)
+
+    def launch(slot: torch.Tensor) -> None:
+        run[(x.rows, h, d // bv)](x.q, x.k, x.v, x.g, x.b, slot, pool, out, x.rows,
+                                  x.q.stride(0), x.k.stride(0), x.v.stride(0), x.g.stride(0),
+                                  x.b.stride(0), out.stride(0), pool.stride(0), pool.stride(1),
+                                  BV=bv, SINGLE=True, EARLY=copies > 1, num_warps=warps)
+
+    def first() -> tuple[torch.Tensor, torch.Tensor]:
+        launch(slots[0])
+        state = pool[:x.batch]
+        return out, state.transpose(-1, -2) if layout == "vdk" else state
+
+    def steps() -> None:
+        for slot in slots:
+            launch(slot)
+
+    return bench_kda.Path(variant, 1, first, steps, copies)
+
+
+def paths(spec: KDASpec, x: bench_kda.Inputs, copies: int, variants: list[str],
+          device: torch.device) -> dict[str, bench_kda.Path]:
+    got = {}
+    for v in variants:
+        if v != "fla":
+            got[v] = ours(spec, x, copies, v, device)
+            continue
+        fla, why = bench_kda.import_fla()
+        if fla is None:
+            print(f"fla: {why}")
+            continue
+        got[v] = bench_kda.fla_paths(fla, spec, x, False, copies)["fla fused_recurrent_kda"]
+    return got
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("variants", nargs="+")
+    ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+    gpu = torch.cuda.is_available()
+    dev = torch.device("cuda" if gpu else "cpu")
+    dtype = torch.bfloat16 if gpu else torch.float32
+    spec = KDASpec(*(bench_kda.GLM_WIDTH if gpu else bench_kda.CPU_WIDTH))
+    rows = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        x = bench_kda.make_inputs(spec, batch, 1, dev, dtype, torch.Generator().manual_seed(0))
+        want = bench_kda.reference(spec, x)
+        copies = bench_kda.rotation(spec, batch, gpu)
+        found = paths(spec, x, copies, args.variants, dev)
+        times: dict[str, list[float]] = {v: [] for v in found}
+        for v, p in found.items():
+            out, state = p.first()
+            err = max(rel_err(out.float().reshape(batch, -1), want[0].reshape(batch, -1)),
+                      rel_err(state.float(), want[1]))
+            rows.append({"batch": batch, "variant": v, "err": err})
+            print(f"b{batch} {v}: max rel err {err:.2e}", flush=True)
+        if not gpu:
+            continue
+        replays = {v: bench_kda.graphed(p.steps, dev) for v, p in found.items()}
+        for _ in range(args.rounds):
+            for v, fn in replays.items():
+                times[v].append(median_seconds(fn, dev) / found[v].copies)
+        mb = bench_kda.kda_bytes(spec, batch, 1, dtype) / 1e6
+        for v, ts in times.items():
+            us = statistics.median(ts) * 1e6
+            rows.append({"batch": batch, "variant": v, "us": us})
+            print(f"b{batch} {v}: {us:.2f} us ({', '.join(f'{t * 1e6:.2f}' for t in ts)}), "
+                  f"{mb / us:.2f} TB/s on {mb:.1f} MB", flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
