@@ -145,19 +145,21 @@ def rows(r: dict) -> str:
     if r.get("host_s") is not None:
         notes.append(f"    host: {r['host_s'] * 1e6:.0f} us to issue the step's launches "
                      f"(the step took {r['ours_s'] * 1e6:.0f} us)")
-    return "\n".join(lines + notes + _profile_lines(r.get("profile"))) + "\n"
+    return "\n".join(lines + notes + _profile_lines(r.get("profile"), r["ours_s"])) + "\n"
 
 
-def _profile_lines(profile: list[dict] | None) -> list[str]:
+def _profile_lines(profile: list[dict] | None, step_s: float) -> list[str]:
+    """The profile's top rows, each kernel's time as a share of the timed step (`step_s`): the
+    profiler runs the step's launches one by one, so its own wall time holds host time too."""
     if profile is None:
         return []
     lines = [f"    profile: top {min(len(profile), PROFILE_ROWS)} of our step "
-             "(us per step, share of the step, calls per step [its weights, read at % of the "
-             "copy rate])"]
+             "(us per step, share of the timed step, calls per step [its weights, read at % of "
+             "the copy rate])"]
     for k in profile[:PROFILE_ROWS]:
         rate = (f"  [{k['weight_bytes'] / 1e6:.1f} MB of weights, "
                 f"{100 * k['weight_fraction']:.0f}%]" if "weight_fraction" in k else "")
-        lines.append(f"    {k['us_per_step']:>10.1f}us {100 * k['share']:>5.1f}% "
+        lines.append(f"    {k['us_per_step']:>10.1f}us {100 * k['us_per_step'] / (step_s * 1e6):>5.1f}% "
                      f"{k['calls_per_step']:>6g}x  {k['name'][:80]}{rate}")
     return lines
 

@@ -339,6 +339,8 @@ def test_profile_rows_give_their_kernels_weight_rate():
     text = report.rows(rec["results"][0])
     assert "gemv  [24.0 MB of weights, 80%]" in text
     assert text.splitlines()[-1].endswith("attend")
+    # shares of the timed step (1 ms), not of the profiler's own wall time
+    assert "10.0us   1.0%" in text and "5.0us   0.5%" in text
 
 
 def test_bench_on_cpu_refuses_big_configs(capsys):
