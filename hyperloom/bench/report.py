@@ -159,7 +159,8 @@ def _profile_lines(profile: list[dict] | None, step_s: float) -> list[str]:
     for k in profile[:PROFILE_ROWS]:
         rate = (f"  [{k['weight_bytes'] / 1e6:.1f} MB of weights, "
                 f"{100 * k['weight_fraction']:.0f}%]" if "weight_fraction" in k else "")
-        lines.append(f"    {k['us_per_step']:>10.1f}us {100 * k['us_per_step'] / (step_s * 1e6):>5.1f}% "
+        share = k["us_per_step"] / (step_s * 1e6)
+        lines.append(f"    {k['us_per_step']:>10.1f}us {100 * share:>5.1f}% "
                      f"{k['calls_per_step']:>6g}x  {k['name'][:80]}{rate}")
     return lines
 

@@ -189,13 +189,6 @@ def test_hc_finish_forms_are_checked() -> None:
         assert ok, r
 
 
-def test_tma_projection_forms_are_checked() -> None:
-    """bench/sweeps/hc_proj_tma.py on the CPU: every descriptor-loaded form's partials match
-    X_flat @ fn^T, as the committed projection's do."""
-    got = _sweep("hc_proj_tma").main(["--rows", "40"])
-    assert len(got) == 9 and all(r["err"] < 1e-5 for r in got), got
-
-
 def test_kda_state_layouts_are_checked(monkeypatch) -> None:
     import torch
     sweep = _sweep("kda_state_layout")
