@@ -4,7 +4,10 @@ program owns BV state columns (dv) of a head: in the committed layout those are 
 pieces of BV * 4 bytes; transposed, one contiguous block of BV * 128 * 4 bytes. The variant is
 the committed kernel with its state pointer's two strides swapped, so everything else (tiling,
 PDL, cache hints) stays. Variants `LAYOUT:BVxW` (LAYOUT kdv or vdk, BV columns a program, W
-warps); `fla` adds fla's fused_recurrent_kda where it imports.
+warps); `fla` adds fla's fused_recurrent_kda where it imports. Two skeletons bound what any
+recurrence of this grid can reach: `copy:BVxW` loads each program's state block and stores it
+back unchanged (the committed layout, slot load and PDL placement, no math), `launch:BVxW` loads
+the slot alone. Their check is that the state comes back unchanged.
 
 Each variant's output and final state are checked against the reference recurrence first. On a
 GPU each batch is timed as the bench times its KDA step (`bench.kda`: one CUDA graph of a step
@@ -26,6 +29,7 @@ from hyperloom.bench.scenarios import rel_err
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import kda
 from hyperloom.codegen.emitters.kda import KDASpec
+from hyperloom.codegen.emitters.text import pdl_if
 
 COMMITTED_PTR = "kk[:, None] * D + c[None, :]"
 LAYOUT_PTR = {"kdv": COMMITTED_PTR, "vdk": "kk[:, None] + c[None, :] * D"}
@@ -39,11 +43,38 @@ def kernel(spec: KDASpec, layout: str, device: torch.device):
     return load(source.replace(COMMITTED_PTR, LAYOUT_PTR[layout]), "sweep_kda", device)
 
 
+SKELETONS = ("copy", "launch")
+
+
+def skeleton(kind: str, device: torch.device):
+    """A kernel of the recurrence's signature and grid that moves its state block unchanged
+    (`copy`) or touches no state (`launch`)."""
+    move = ("    tl.store(st, S, cache_modifier=\".cs\")\n" if kind == "copy" else "")
+    load_state = ("    S = tl.load(st, mask=(s >= 0) & (kk[:, None] < D), other=0.0, "
+                  "eviction_policy=\"evict_first\")\n" if kind == "copy" else "")
+    source = f'''import triton
+import triton.language as tl
+
+
+@triton.jit
+def sweep_kda(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
+        sq, sk, sv, sg, sb, so, st_slot, st_head, D: tl.constexpr = 128, BV: tl.constexpr = 16,
+        SINGLE: tl.constexpr = True, EARLY: tl.constexpr = False):
+{pdl_if("    ", "not EARLY")}    r = tl.program_id(0)
+    h = tl.program_id(1)
+    c = tl.program_id(2) * BV + tl.arange(0, BV)
+    kk = tl.arange(0, D)
+    s = tl.load(slot_ptr + r)
+    st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
+{load_state}{pdl_if("    ", "EARLY")}{move}'''
+    return load(source, "sweep_kda", device)
+
+
 def parse(variant: str) -> tuple[str, int, int]:
     layout, tile = variant.split(":")
     bv, warps = (int(n) for n in tile.split("x"))
-    if layout not in LAYOUT_PTR:
-        raise ValueError(f"layout {layout!r}: one of {sorted(LAYOUT_PTR)}")
+    if layout not in (*LAYOUT_PTR, *SKELETONS):
+        raise ValueError(f"layout {layout!r}: one of {sorted((*LAYOUT_PTR, *SKELETONS))}")
     return layout, bv, warps
 
 
@@ -52,7 +83,7 @@ def ours(spec: KDASpec, x: bench_kda.Inputs, copies: int, variant: str,
     """A Path of our kernel in the variant's layout and tiling; `first` returns the state in
     the committed layout."""
     layout, bv, warps = parse(variant)
-    run = kernel(spec, layout, device)
+    run = skeleton(layout, device) if layout in SKELETONS else kernel(spec, layout, device)
     h, d = spec.heads, spec.head_dim
     pool = x.state.repeat(copies, 1, 1, 1)
     if layout == "vdk":
@@ -64,7 +95,7 @@ def ours(spec: KDASpec, x: bench_kda.Inputs, copies: int, variant: str,
         run[(x.rows, h, d // bv)](x.q, x.k, x.v, x.g, x.b, slot, pool, out, x.rows,
                                   x.q.stride(0), x.k.stride(0), x.v.stride(0), x.g.stride(0),
                                   x.b.stride(0), out.stride(0), pool.stride(0), pool.stride(1),
-                                  BV=bv, SINGLE=True, EARLY=copies > 1, num_warps=warps)
+                                  D=d, BV=bv, SINGLE=True, EARLY=copies > 1, num_warps=warps)
 
     def first() -> tuple[torch.Tensor, torch.Tensor]:
         launch(slots[0])
@@ -112,8 +143,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         times: dict[str, list[float]] = {v: [] for v in found}
         for v, p in found.items():
             out, state = p.first()
-            err = max(rel_err(out.float().reshape(batch, -1), want[0].reshape(batch, -1)),
-                      rel_err(state.float(), want[1]))
+            err = (rel_err(state.float(), x.state) if v.split(":")[0] in SKELETONS else
+                   max(rel_err(out.float().reshape(batch, -1), want[0].reshape(batch, -1)),
+                       rel_err(state.float(), want[1])))
             rows.append({"batch": batch, "variant": v, "err": err})
             print(f"b{batch} {v}: max rel err {err:.2e}", flush=True)
         if not gpu:
