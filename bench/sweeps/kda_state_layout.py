@@ -1,20 +1,21 @@
 """Time KDA's recurrent decode step (`hyperloom.codegen.emitters.kda`) with each sequence's fp32
-state in its committed layout, [dk, dv] per head, against the transposed one, [dv, dk]. A
-program owns BV state columns (dv) of a head: in the committed layout those are 128 strided
-pieces of BV * 4 bytes; transposed, one contiguous block of BV * 128 * 4 bytes. The variant is
-the committed kernel with its state pointer's two strides swapped, so everything else (tiling,
-PDL, cache hints) stays. Variants `LAYOUT:BVxW` (LAYOUT kdv or vdk, BV columns a program, W
-warps); `fla` adds fla's fused_recurrent_kda where it imports. Two skeletons bound what any
-recurrence of this grid can reach: `copy:BVxW` loads each program's state block and stores it
-back unchanged (the committed layout, slot load and PDL placement, no math), `launch:BVxW` loads
-the slot alone. Their check is that the state comes back unchanged.
+state in the committed layout, each head's S stored transposed ([dv, dk]), against S as it is,
+[dk, dv]. A program owns BV state columns (dv) of a head: stored transposed those are one
+contiguous block of BV * 128 * 4 bytes; as they are, 128 strided pieces of BV * 4 bytes (the
+layout before 2026-12-06's twenty-first session). A variant is the committed kernel with its
+state pointer's two strides as the layout has them, so everything else (tiling, PDL, cache
+hints) stays. Variants `LAYOUT:BVxW` (LAYOUT vdk or kdv, BV columns a program, W warps); `fla`
+adds fla's fused_recurrent_kda where it imports. Two skeletons bound what any recurrence of
+this grid can reach: `copy-LAYOUT:BVxW` loads each program's state block and stores it back
+unchanged (the slot load and PDL placement of the kernel, no math), `launch:BVxW` loads the
+slot alone. Their check is that the state comes back unchanged.
 
 Each variant's output and final state are checked against the reference recurrence first. On a
 GPU each batch is timed as the bench times its KDA step (`bench.kda`: one CUDA graph of a step
 on each of enough state copies that none is found in L2, the time per step), in alternating
 rounds; on a CPU: a tiny width, checks only.
 
-    python bench/sweeps/kda_state_layout.py kdv:16x1 vdk:16x1 vdk:32x1 vdk:16x2 fla"""
+    python bench/sweeps/kda_state_layout.py vdk:8x1 kdv:16x1 copy-vdk:8x1 launch:8x1 fla"""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ from hyperloom.codegen.emitters import kda
 from hyperloom.codegen.emitters.kda import KDASpec
 from hyperloom.codegen.emitters.text import pdl_if
 
-COMMITTED_PTR = "kk[:, None] * D + c[None, :]"
-LAYOUT_PTR = {"kdv": COMMITTED_PTR, "vdk": "kk[:, None] + c[None, :] * D"}
+COMMITTED_PTR = "kk[:, None] + c[None, :] * D"
+LAYOUT_PTR = {"vdk": COMMITTED_PTR, "kdv": "kk[:, None] * D + c[None, :]"}
 
 
 def kernel(spec: KDASpec, layout: str, device: torch.device):
@@ -46,9 +47,15 @@ def kernel(spec: KDASpec, layout: str, device: torch.device):
 SKELETONS = ("copy", "launch")
 
 
+def bare(variant: str) -> bool:
+    """A skeleton, not a recurrence."""
+    return variant.partition(":")[0].partition("-")[0] in SKELETONS
+
+
 def skeleton(kind: str, device: torch.device):
     """A kernel of the recurrence's signature and grid that moves its state block unchanged
-    (`copy`) or touches no state (`launch`)."""
+    (`copy-LAYOUT`) or touches no state (`launch`)."""
+    kind, _, layout = kind.partition("-")
     move = ("    tl.store(st, S, cache_modifier=\".cs\")\n" if kind == "copy" else "")
     load_state = ("    S = tl.load(st, mask=(s >= 0) & (kk[:, None] < D), other=0.0, "
                   "eviction_policy=\"evict_first\")\n" if kind == "copy" else "")
@@ -65,7 +72,7 @@ def sweep_kda(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, row
     c = tl.program_id(2) * BV + tl.arange(0, BV)
     kk = tl.arange(0, D)
     s = tl.load(slot_ptr + r)
-    st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
+    st = state_ptr + s * st_slot + h * st_head + {LAYOUT_PTR.get(layout, COMMITTED_PTR)}
 {load_state}{pdl_if("    ", "EARLY")}{move}'''
     return load(source, "sweep_kda", device)
 
@@ -73,8 +80,9 @@ def sweep_kda(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, row
 def parse(variant: str) -> tuple[str, int, int]:
     layout, tile = variant.split(":")
     bv, warps = (int(n) for n in tile.split("x"))
-    if layout not in (*LAYOUT_PTR, *SKELETONS):
-        raise ValueError(f"layout {layout!r}: one of {sorted((*LAYOUT_PTR, *SKELETONS))}")
+    kind, _, of = layout.partition("-")
+    if layout not in LAYOUT_PTR and not (kind in SKELETONS and (of in LAYOUT_PTR or not of)):
+        raise ValueError(f"layout {layout!r}: one of {sorted(LAYOUT_PTR)}, copy-LAYOUT, launch")
     return layout, bv, warps
 
 
@@ -83,7 +91,7 @@ def ours(spec: KDASpec, x: bench_kda.Inputs, copies: int, variant: str,
     """A Path of our kernel in the variant's layout and tiling; `first` returns the state in
     the committed layout."""
     layout, bv, warps = parse(variant)
-    run = skeleton(layout, device) if layout in SKELETONS else kernel(spec, layout, device)
+    run = skeleton(layout, device) if bare(layout) else kernel(spec, layout, device)
     h, d = spec.heads, spec.head_dim
     pool = x.state.repeat(copies, 1, 1, 1)
     if layout == "vdk":
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         times: dict[str, list[float]] = {v: [] for v in found}
         for v, p in found.items():
             out, state = p.first()
-            err = (rel_err(state.float(), x.state) if v.split(":")[0] in SKELETONS else
+            err = (rel_err(state.float(), x.state) if bare(v) else
                    max(rel_err(out.float().reshape(batch, -1), want[0].reshape(batch, -1)),
                        rel_err(state.float(), want[1])))
             rows.append({"batch": batch, "variant": v, "err": err})

@@ -92,7 +92,8 @@ def import_fla() -> tuple[ModuleType | None, str]:
 class Inputs:
     """One step's rows, each sequence's rows contiguous: q, k, v, g [rows, H*d] and b [rows, H]
     in the activation dtype (g the log decay per channel, b the beta logits), slot and pos
-    [rows] int64, and the fp32 state [B, H, d, d] (dk x dv) the step starts from."""
+    [rows] int64, and the fp32 state [B, H, d, d] (dk x dv; the engine stores each head's S
+    transposed: `stored`) the step starts from."""
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
@@ -132,11 +133,17 @@ def reference(spec: KDASpec, x: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
     h, d = spec.heads, spec.head_dim
     decl = StateDecl(f"{STATE}.recurrent", StateKind.FIXED, TensorType.make(torch.float32, h, d, d))
     store = StateStore((decl,), x.batch, 1, x.state.device)
-    store[decl.name].copy_(x.state)
+    store[decl.name].copy_(stored(x.state))
     args = [t.float() for t in (x.q, x.k, x.v, x.g, x.b)]
     ctx = Ctx(torch.float32, store, segments(x.slot, x.pos))
     out = semantics.kda(ctx, ops.KDAAttrs(h, d, STATE), *args, x.slot, x.pos)
-    return out, store[decl.name]
+    return out, stored(store[decl.name])
+
+
+def stored(state: torch.Tensor) -> torch.Tensor:
+    """[.., dk, dv] states as the engine stores them, each head's S transposed (and back: the
+    transpose is its own inverse), contiguous."""
+    return state.transpose(-1, -2).contiguous()
 
 
 def conv_reference(spec: ConvSpec, x: list[torch.Tensor], w: list[torch.Tensor],
@@ -230,13 +237,13 @@ def _ours(spec: KDASpec, x: Inputs, copies: int, what: str, launches: int,
           launch: Callable[..., None]) -> Path:
     """A path of our kernels: launch(slot=, state=, out=) runs x's rows; copy c of the state
     pool holds slots [c B, (c + 1) B)."""
-    pool = x.state.repeat(copies, 1, 1, 1)  # [copies B, H, d, d], each copy from x.state
+    pool = stored(x.state).repeat(copies, 1, 1, 1)  # [copies B, H, d, d] as the engine keeps it
     slots = [x.slot + c * x.batch for c in range(copies)]
     out = torch.empty_like(x.q)
 
     def first() -> tuple[torch.Tensor, torch.Tensor]:
         launch(slot=slots[0], state=pool, out=out)
-        return out, pool[:x.batch]
+        return out, stored(pool[:x.batch])
 
     def steps() -> None:
         for slot in slots:

@@ -404,6 +404,7 @@ def state_decls(node: Node, args: Types) -> tuple[StateDecl, ...]:
         window = TensorType.make(F32, 3 * args[0].shape[1], at.kernel - 1)
         return (StateDecl(at.state + ".conv", fixed, window),)
     if node.op is Op.KDA:
+        # each head's S [dk, dv] stored transposed: a column of S is contiguous
         rec = TensorType.make(F32, at.heads, at.head_dim, at.head_dim)
         return (StateDecl(at.state + ".recurrent", fixed, rec),)
     return ()

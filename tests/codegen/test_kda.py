@@ -125,14 +125,14 @@ def test_kda_run_split_over_two_steps() -> None:
     assert_close(parts, whole, torch.float32, "state over two steps")
 
 
-@pytest.mark.parametrize("heads,head_dim", [(3, 64), (2, 128)])  # 1 to 8 programs a head
+@pytest.mark.parametrize("heads,head_dim", [(3, 64), (2, 128)])  # 8 and 16 programs a head
 @pytest.mark.parametrize("slots", [[0], [3, 1], DECODE_ROWS, SLOT_ROWS])
 def test_kda_carries_the_gated_norm(heads: int, head_dim: int, slots: list[int]) -> None:
     """With spec.rank the launch also writes h = gated RMSNorm(o) (g_b's GEMM of rank 20 as
     the gate): each (row, head)'s last program by ticket writes the head, so decode rows, a
-    few rows (16 state columns a program), verify and prefill runs (a program walking rows)
-    all match; padding rows stay unwritten; the tickets are zero again, so a second launch
-    matches too; run_norm=False leaves h to the GEMM entry."""
+    few rows, verify and prefill runs (a program walking rows) all match; padding rows stay
+    unwritten; the tickets are zero again, so a second launch matches too; run_norm=False
+    leaves h to the GEMM entry."""
     spec = KDASpec(heads, head_dim, rank=20, eps=1e-5)
     step = Step(spec, slots, "cpu", torch.float32, seed=heads + len(slots))
     live = step.slot >= 0
@@ -168,6 +168,33 @@ def test_kda_carried_norm_needs_its_operands() -> None:
     plain.run_norm = True
     with pytest.raises(ValueError, match="run_norm on a spec that carries no gated norm"):
         plain.run(plain.state.clone())
+
+
+def test_the_state_is_stored_transposed() -> None:
+    """The reference (which every KDA kernel is tested against) keeps each head's S [dk, dv] as
+    S^T: one token from a random S by SPEC's formula in fp64, against the store read back
+    transposed."""
+    h, d = 2, 16
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn((1, h * d), generator=gen, dtype=torch.float64) for _ in range(3))
+    g = -5 * torch.sigmoid(torch.randn((1, h * d), generator=gen, dtype=torch.float64))
+    b = torch.randn((1, h), generator=gen, dtype=torch.float64)
+    s0 = torch.randn((h, d, d), generator=gen, dtype=torch.float64)  # S [dk, dv] per head
+    decl = TensorType.make(torch.float32, h, d, d)
+    store = StateStore((StateDecl("a.recurrent", StateKind.FIXED, decl),), 1, 1, "cpu",
+                       torch.float64)
+    store["a.recurrent"][0] = s0.transpose(-1, -2)
+    slot = pos = torch.zeros(1, dtype=torch.int64)
+    out = kda.kda(Ctx(torch.float64, store, segments(slot, pos)), ops.KDAAttrs(h, d, "a"),
+                  q, k, v, g, b, slot, pos)
+    qn, kn = (x.view(h, d) / (x.view(h, d).square().sum(-1, keepdim=True) + 1e-6).sqrt()
+              for x in (q, k))  # SPEC's l2norm
+    s = g.view(h, d).exp()[:, :, None] * s0
+    delta = torch.sigmoid(b[0])[:, None] * (v.view(h, d) - torch.einsum("hkv,hk->hv", s, kn))
+    s = s + kn[:, :, None] * delta[:, None, :]
+    assert_close(out.view(h, d), torch.einsum("hkv,hk->hv", s, qn) * d ** -0.5, torch.float64,
+                 "out")
+    assert_close(store["a.recurrent"][0].transpose(-1, -2), s, torch.float64, "S")
 
 
 def test_kda_bad_state_is_refused() -> None:

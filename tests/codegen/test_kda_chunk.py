@@ -52,7 +52,7 @@ def chunked_torch(step: Step, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty_like(v)
     starts = [r for r in range(len(slot)) if r == 0 or slot[r] != slot[r - 1]]
     for start, stop in zip(starts, starts[1:] + [len(slot)]):
-        s = state[slot[start]]  # [H, dk, dv]
+        s = state[slot[start]].transpose(-1, -2)  # [H, dk, dv]: the kernels store S^T
         for c0 in range(start, stop, chunk):
             r = slice(c0, min(stop, c0 + chunk))
             qc, kc, vc, bc, gc = q[:, r], k[:, r], v[:, r], beta[:, r], g[:, r].cumsum(1)
@@ -66,7 +66,7 @@ def chunked_torch(step: Step, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
             out[:, r] = (qc * gc.exp()) @ s + aqk @ vn
             last = gc[:, -1:]
             s = last.exp().transpose(1, 2) * s + (kc * (last - gc).exp()).transpose(1, 2) @ vn
-        state[slot[start]] = s
+        state[slot[start]] = s.transpose(-1, -2)
     return out.transpose(0, 1).reshape(-1, h * d), state
 
 

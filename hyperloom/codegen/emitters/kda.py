@@ -2,17 +2,18 @@
 sequence's fp32 state, for decode and verify rows (and prefill in its recurrent form).
 
 Inputs q, k, v, g [rows, heads*d] (act dtype or fp32; g is the log decay, per channel), b
-[rows, heads] (beta logits), slot int64 [rows]; state fp32 [slots, heads, d, d] (dk x dv), read
-and written in place; out [rows, heads*d].
+[rows, heads] (beta logits), slot int64 [rows]; state fp32 [slots, heads, d, d], each head's S
+stored transposed (dv x dk: a column of S is d contiguous floats), read and written in place;
+out [rows, heads*d].
 
-Grid (rows, heads, d / BV). Every column block of S^T is independent (decay scales rows, the
-delta rule and the output are per column), so a program owns S[:, block] of one head: the
-first row of each sequence's run in the step loads it once, walks the run's tokens in order
-(l2norm q and k, q * d^-1/2, S = exp(g) S, delta = sigmoid(b) (v - S^T k), S += k delta^T,
-o = S^T q) and stores it once. Programs of a run's later rows and of padding rows (slot < 0)
-load nothing and return; when every run is one row (SINGLE: a decode step) no program looks for its
-run's end, so its state load waits on its slot load alone. Rows of a sequence are contiguous
-in a step (`ir.state.segments`).
+Grid (rows, heads, d / BV). Every column block of S is independent (decay scales rows, the
+delta rule and the output are per column), so a program owns S[:, block] of one head, one
+contiguous BV x d block of memory: the first row of each sequence's run loads it once, walks
+the run's tokens in order (l2norm q and k, q * d^-1/2, S = exp(g) S, delta = sigmoid(b) (v -
+S^T k), S += k delta^T, o = S^T q) and stores it once. Programs of a run's later rows and of
+padding rows (slot < 0) load nothing and return; when every run is one row (SINGLE: a decode
+step) no program looks for its run's end, so its state load waits on its slot load alone. Rows
+of a sequence are contiguous in a step (`ir.state.segments`).
 
 With spec.rank (kernel_plan: the entry `carries` g_b's GEMM + gated output norm, CONFIG.kda_norm_
 rows), a launch with `norm` also writes h = RMSNorm_head(o) * nw * sigmoid(ga @ wg^T) (the
@@ -34,13 +35,13 @@ from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import RUN_STOP, comment, pdl_if
 from hyperloom.passes.kernel_plan import KDA_CHUNKED_ROWS
 
-BV = 64  # state columns (dv) per program: a [d, BV] fp32 tile, 64 registers a thread at d = 128
-# and 4 warps. H200, one decode step at 64 heads x 128 (state not in L2, SINGLE, the state's
-# load evict-first and store streaming): batch 16 38.5 us against 42.3 at 32 columns (43.6 and
-# 39.8 without the cache hints; 128 columns 46.4), batch 64 145 us against 168
-# steps of at most FEW_ROWS rows: more, smaller programs (16 columns, 1 warp): batch 1 4.4 us
-# against 5.2 to 5.9 with 8 or 32 columns or 2 warps
-FEW_ROWS, FEW_BV, FEW_WARPS = 2, 16, 1
+# state columns (dv) per program, on one warp: a contiguous 4 KB block at d = 128. H200, one
+# decode step at 64 heads x 128 (`bench/sweeps/kda_state_layout.py`, state not in L2, SINGLE):
+# batch 1 / 16 / 64 took 4.11 / 37.3 / 144.6 us, against 4.08 / 39.4 / 150.2 with S stored
+# dk x dv (16 columns on one warp up to 2 rows, else 64 on four) and 5.15 / 38.4 / 150.1 at 16
+# columns; fla's fused_recurrent_kda 6.63 / 42.3 / 148.4. A program that only moves its block
+# (no math) takes 3.29 us at batch 1: the launch and the 8.4 MB
+BV, WARPS = 8, 1
 # a step whose longest run has CHUNKED_ROWS rows takes emitters.kda_chunk (the plan counts its
 # launches by the same rule)
 CHUNKED_ROWS = KDA_CHUNKED_ROWS
@@ -123,20 +124,20 @@ import triton.language as tl
 def {name}(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, slot_ptr, state_ptr, o_ptr, rows,
         sq, sk, sv, sg, sb, so, st_slot, st_head,{norm_args}
         H: tl.constexpr = {spec.heads}, D: tl.constexpr = {spec.head_dim},
-        BV: tl.constexpr = {min(BV, spec.head_dim)}, SINGLE: tl.constexpr = False,
+        BV: tl.constexpr = {BV}, SINGLE: tl.constexpr = False,
         EARLY: tl.constexpr = False, Q_SCALE: tl.constexpr = {spec.head_dim ** -0.5!r}):
 {pdl_if("    ", "not EARLY")}    r = tl.program_id(0)
     h = tl.program_id(1)
     c = tl.program_id(2) * BV + tl.arange(0, BV)  # this program's state columns (dv)
-    kk = tl.arange(0, D)  # state rows (dk)
+    kk = tl.arange(0, D)  # state rows (dk), contiguous in memory
     s = tl.load(slot_ptr + r)  # written by the host before the step
     if SINGLE:  # every run is one row (a decode step): the state load waits on one slot load
         stop = tl.where(s < 0, r, r + 1)  # padding: no run
     else:
         stop = _run_stop(slot_ptr, r, rows)  # r: padding, or not the first row of its run
-    st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
+    st = state_ptr + s * st_slot + h * st_head + kk[:, None] + c[None, :] * D
     S = tl.load(st, mask=(stop > r) & (kk[:, None] < D), other=0.0,
-                eviction_policy="evict_first")  # [D, BV] fp32, read once
+                eviction_policy="evict_first")  # [D, BV] fp32 (S^T's rows c), read once
 {pdl_if("    ", "EARLY")}    if stop == r:
         return
 {head}        row = i.to(tl.int64)
@@ -218,11 +219,8 @@ def launch(kernel, spec: KDASpec, *, q: torch.Tensor, k: torch.Tensor, v: torch.
         raise ValueError("KDA: run_norm on a spec that carries no gated norm")
     if rows == 0:
         return
-    bv, warps = (FEW_BV, FEW_WARPS) if rows <= FEW_ROWS else (BV, 4)
-    bv = min(bv, d)
     flags = {"NORM": run_norm} if spec.rank else {}
-    kernel[(rows, h, d // bv)](q, k, v, g, b, slot, state, out, rows, q.stride(0), k.stride(0),
+    kernel[(rows, h, d // BV)](q, k, v, g, b, slot, state, out, rows, q.stride(0), k.stride(0),
                                v.stride(0), g.stride(0), b.stride(0), out.stride(0),
-                               state.stride(0), state.stride(1), *extra, BV=bv,
-                               SINGLE=seq_rows == 1, EARLY=early_state, num_warps=warps,
-                               **flags)
+                               state.stride(0), state.stride(1), *extra,
+                               SINGLE=seq_rows == 1, EARLY=early_state, num_warps=WARPS, **flags)

@@ -3,9 +3,10 @@
 
 Inputs q, k, v, g [rows, heads*d] (act dtype or fp32; g the per-channel log decay, <= 0), b
 [rows, heads] (beta logits), slot int64 [rows] (a sequence's rows contiguous and in position
-order, one run per slot, padding rows slot < 0); state fp32 [slots, heads, d, d] (dk x dv) read
-and written in place; out [rows, heads*d]. Scratch (`scratch`, allocated once) holds the int32
-chunk plan and the fp32 in-chunk products between the kernels (`kernel_names`, launch order):
+order, one run per slot, padding rows slot < 0); state fp32 [slots, heads, d, d] (each head's
+S stored transposed, dv x dk, as `emitters.kda` keeps it) read and written in place; out
+[rows, heads*d]. Scratch (`scratch`, allocated once) holds the int32 chunk plan and the fp32
+in-chunk products between the kernels (`kernel_names`, launch order):
 
 {name}_plan, grid (1,): scans slot and splits every run into chunks of C rows counted from the
 run's first row (the tail chunk shorter): the chunk table (first row of each chunk), each run's

@@ -112,7 +112,7 @@ def walk_source(name: str) -> str:
     c = tl.program_id(0) * BV + tl.arange(0, BV)  # this program's state columns (dv)
     kk = tl.arange(0, D)  # state rows (dk)
     NB: tl.constexpr = D // BV
-    st = state_ptr + s * st_slot + h * st_head + kk[:, None] * D + c[None, :]
+    st = state_ptr + s * st_slot + h * st_head + kk[:, None] + c[None, :] * D  # stored S^T
     S = tl.load(st)  # [D, BV] fp32
 {head}        r = row0 + (i - first) * C + t  # no load on the chain from one chunk to the next
         m = (r < end)[:, None]

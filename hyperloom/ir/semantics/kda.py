@@ -44,18 +44,18 @@ def l2norm(x: torch.Tensor) -> torch.Tensor:
 
 def kda(ctx: Ctx, at: ops.KDAAttrs, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         g: torch.Tensor, b: torch.Tensor, slot: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    state = ctx.state[at.state + ".recurrent"]  # [slots, H, dk, dv]
+    state = ctx.state[at.state + ".recurrent"]  # [slots, H, dv, dk]: each head's S^T
     t, h, d = q.shape[0], at.heads, at.head_dim
     q = l2norm(q.view(t, h, d)) * d ** -0.5
     k, v, g = l2norm(k.view(t, h, d)), v.view(t, h, d), g.view(t, h, d)
     beta = torch.sigmoid(b)  # [T, H]
     out = torch.empty_like(v)
     for seg in ctx.segments:
-        s = state[seg.slot]
+        s = state[seg.slot].transpose(-1, -2)  # [H, dk, dv]
         for i in range(seg.start, seg.stop):
             s = s * g[i].exp()[:, :, None]
             delta = beta[i][:, None] * (v[i] - torch.einsum("hkv,hk->hv", s, k[i]))
             s = s + k[i][:, :, None] * delta[:, None, :]
             out[i] = torch.einsum("hkv,hk->hv", s, q[i])
-        state[seg.slot] = s
+        state[seg.slot] = s.transpose(-1, -2)
     return out.reshape(t, -1)
