@@ -49,15 +49,17 @@ def sweep_one(mod, tag: str, x, want, heads: int, head_dim: int) -> dict:
     names = mod.kernel_names(name)
     (kernels,) = load_emitters(x.q.device, (mod, spec, name))
     work = mod.scratch(spec, x.rows, x.batch, x.q.device, x.q.dtype)
-    state, out = x.state.clone(), torch.empty_like(x.q)
+    start = kb.stored(x.state)  # as the engine keeps it: each head's S transposed
+    state, out = start.clone(), torch.empty_like(x.q)
 
     def step(ks) -> None:
-        state.copy_(x.state)
+        state.copy_(start)
         mod.launch(ks, spec, q=x.q, k=x.k, v=x.v, g=x.g, b=x.b, slot=x.slot, state=state,
                    out=out, rows=x.rows, work=work)
 
     step(kernels)
-    res = {"tag": tag, "out_err": rel_err(out, want[0]), "state_err": rel_err(state, want[1])}
+    res = {"tag": tag, "out_err": rel_err(out, want[0]),
+           "state_err": rel_err(kb.stored(state), want[1])}
     if x.q.device.type != "cuda":
         return res
     return res | common.timed_step(step, kernels, names, name, "_walk")

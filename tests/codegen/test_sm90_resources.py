@@ -126,11 +126,9 @@ def test_kda_conv_with_its_gate_does_not_spill(tmp_path) -> None:
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
 
 
-@pytest.mark.parametrize("bv, warps", [(kda.FEW_BV, kda.FEW_WARPS), (kda.BV, 4)])
-def test_kda_recurrence_with_its_gated_norm_does_not_spill(bv: int, warps: int,
-                                                           tmp_path) -> None:
-    """The decode recurrence carrying g_b's GEMM + gated norm (64 heads x 128, rank 128), at
-    one or two rows (16 state columns, 1 warp) and more (64 columns, 4 warps)."""
+def test_kda_recurrence_with_its_gated_norm_does_not_spill(tmp_path) -> None:
+    """The decode recurrence carrying g_b's GEMM + gated norm (64 heads x 128, rank 128) at its
+    one tiling (kda.BV state columns on kda.WARPS warps)."""
     with overrides(interpret=False):
         source = kda.source("probe", kda.KDASpec(64, 128, rank=128, eps=1e-5))
     types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "g_ptr", "b_ptr", "o_ptr", "ga_ptr",
@@ -138,7 +136,8 @@ def test_kda_recurrence_with_its_gated_norm_does_not_spill(bv: int, warps: int,
     types |= {"slot_ptr": "*i64", "state_ptr": "*fp32", "gs_ptr": "*fp32", "cnt_ptr": "*i32"}
     ints = ("rows", "sq", "sk", "sv", "sg", "sb", "so", "st_slot", "st_head", "sga", "sh")
     k = _sm90(tmp_path, source, "probe", types | {n: "i32" for n in ints},
-              {"BV": bv, "SINGLE": True, "EARLY": True, "NORM": True}, warps, 1, ints[1:])
+              {"BV": kda.BV, "SINGLE": True, "EARLY": True, "NORM": True}, kda.WARPS, 1,
+              ints[1:])
     assert k["shared"] <= SM90_SHARED and k["spill_bytes"] == 0, k
     print(k)
 
