@@ -189,6 +189,15 @@ def test_hc_finish_forms_are_checked() -> None:
         assert ok, r
 
 
+def test_site_orders_are_checked() -> None:
+    """bench/sweeps/site_order.py on the CPU: the site scenario with every hc_post walk, each
+    checked against the PyTorch lowering inside `Bench.site` (a wrong walk raises there)."""
+    from hyperloom.codegen.emitters import hc_post
+    got = _sweep("site_order").main(["--rounds", "1"])
+    assert sorted(got) == sorted(f"{o} mhc site 8" for o in hc_post.ORDERS), got
+    assert hc_post.ORDER == "columns"
+
+
 def test_kda_state_layouts_are_checked(monkeypatch) -> None:
     import torch
     sweep = _sweep("kda_state_layout")

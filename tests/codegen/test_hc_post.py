@@ -57,8 +57,19 @@ def test_hc_post_blocks_split_the_row(monkeypatch) -> None:
     assert_close(got, want, torch.float32, "hc_post in 128-column blocks")
 
 
+@pytest.mark.parametrize("order", emitter.ORDERS)
+def test_hc_post_walk_orders(monkeypatch, order: str) -> None:
+    """Every walk (`ORDER`) gives each row its own streams, over ragged 128-column blocks."""
+    monkeypatch.setattr(emitter, "ORDER", order)
+    monkeypatch.setattr(emitter, "BLOCK_D", 128)
+    got, want = _case(HCPostSpec(3, 300), 5, "cpu", torch.float32, seed=7)
+    assert_close(got, want, torch.float32, f"hc_post walking {order}")
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("order", emitter.ORDERS)
 @pytest.mark.parametrize("rows", [1, 4096])
-def test_hc_post_gpu(rows: int) -> None:
+def test_hc_post_gpu(monkeypatch, rows: int, order: str) -> None:
+    monkeypatch.setattr(emitter, "ORDER", order)
     got, want = _case(HCPostSpec(4, 4096), rows, "cuda", torch.bfloat16, seed=rows)
     assert_close(got, want, torch.float32, "hc_post, bf16 f, fp32 math")

@@ -5,8 +5,11 @@ Inputs f [rows, D] (any float dtype; the sublayer's output), x fp32 [rows, n, D]
 post fp32 [rows, n], comb fp32 [rows, n, n]; output out fp32 [rows, n, D]:
 out[j] = post[j] * f + sum_i comb[i, j] * x[i].
 
-Grid (rows, cdiv(D, BLOCK_D)): a program reads its column block of every stream once, mixes
-them in registers and writes the new streams once; the mix is per column, so out may alias x.
+A program reads one column block of a row in every stream once, mixes them in registers and
+writes the new streams once; the mix is per column, so out may alias x. ORDER picks the walk:
+"columns" (grid (rows, blocks): every row's first block, then every row's second, ...), "rows"
+(one row's blocks after another) or "rows_last" (the same from the last row: a kernel after a
+row-ordered one starts on the rows its predecessor left in L2).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ BLOCK_D = 1024  # columns per program: [n, 1024] fp32 new streams, 32 registers 
 # H200 a whole row of 4096 at 16 warps ran the site alone at 4096 rows 4 us faster (148 us), but
 # a 2048-token prefill's 8 apart 55 us slower
 WARPS = 4
+ORDER = "columns"
+ORDERS = ("columns", "rows", "rows_last")
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,7 @@ def {name}(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf, sx_row, sx_i, spost, sco
         scomb_i, so_row, so_i, N: tl.constexpr = {spec.n},
         NP: tl.constexpr = {next_power_of_2(spec.n)}, D: tl.constexpr = {spec.d},
         BLOCK_D: tl.constexpr = {_block(spec)}):
-{pdl("    ")}    r = tl.program_id(0).to(tl.int64)
-    c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+{pdl("    ")}{_walk(spec)}
     cm = c < D
     jj = tl.arange(0, NP)
     jm = jj < N
@@ -64,6 +68,23 @@ def {name}(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf, sx_row, sx_i, spost, sco
 '''
 
 
+def _walk(spec: HCPostSpec) -> str:
+    """The lines that give a program its row r and columns c (ORDER)."""
+    if ORDER == "columns":
+        return ("    r = tl.program_id(0).to(tl.int64)\n"
+                "    c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)\n")
+    blocks = cdiv(spec.d, _block(spec))
+    row = f"pid // {blocks}" if ORDER == "rows" else \
+        f"tl.num_programs(0) // {blocks} - 1 - pid // {blocks}"
+    return (f"    pid = tl.program_id(0)\n    r = ({row}).to(tl.int64)\n"
+            f"    c = pid % {blocks} * BLOCK_D + tl.arange(0, BLOCK_D)\n")
+
+
+def _grid(spec: HCPostSpec, rows: int) -> tuple[int, ...]:
+    blocks = cdiv(spec.d, _block(spec))
+    return (rows, blocks) if ORDER == "columns" else (rows * blocks,)
+
+
 def launch(kernel, spec: HCPostSpec, *, f: torch.Tensor, x: torch.Tensor, post: torch.Tensor,
            comb: torch.Tensor, out: torch.Tensor, rows: int) -> None:
     """The first `rows` rows."""
@@ -77,6 +98,6 @@ def launch(kernel, spec: HCPostSpec, *, f: torch.Tensor, x: torch.Tensor, post: 
             raise ValueError(f"hc_post {name}: float32, got {t.dtype}")
     if rows == 0:
         return
-    kernel[(rows, cdiv(d, _block(spec)))](
+    kernel[_grid(spec, rows)](
         f, x, post, comb, out, f.stride(0), x.stride(0), x.stride(1), post.stride(0),
         comb.stride(0), comb.stride(1), out.stride(0), out.stride(1), num_warps=WARPS)
