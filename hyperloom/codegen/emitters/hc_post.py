@@ -52,8 +52,7 @@ def {name}(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf, sx_row, sx_i, spost, sco
         scomb_i, so_row, so_i, N: tl.constexpr = {spec.n},
         NP: tl.constexpr = {next_power_of_2(spec.n)}, D: tl.constexpr = {spec.d},
         BLOCK_D: tl.constexpr = {_block(spec)}):
-{pdl("    ")}{_walk(spec)}
-    cm = c < D
+{pdl("    ")}{_walk(spec)}    cm = c < D
     jj = tl.arange(0, NP)
     jm = jj < N
     f = tl.load(f_ptr + r * sf + c, mask=cm, other=0.0).to(tl.float32)
