@@ -40,6 +40,11 @@ def _block(spec: HCPostSpec) -> int:
     return min(BLOCK_D, next_power_of_2(spec.d))
 
 
+def _blocks(spec: HCPostSpec) -> int:
+    """Column blocks of a row."""
+    return cdiv(spec.d, _block(spec))
+
+
 def source(name: str, spec: HCPostSpec, header: str = "") -> str:
     return f"{comment(header)}import triton\nimport triton.language as tl\n\n\n" \
         + kernel_source(name, spec)
@@ -72,7 +77,7 @@ def _walk(spec: HCPostSpec) -> str:
     if ORDER == "columns":
         return ("    r = tl.program_id(0).to(tl.int64)\n"
                 "    c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)\n")
-    blocks = cdiv(spec.d, _block(spec))
+    blocks = _blocks(spec)
     row = f"pid // {blocks}" if ORDER == "rows" else \
         f"tl.num_programs(0) // {blocks} - 1 - pid // {blocks}"
     return (f"    pid = tl.program_id(0)\n    r = ({row}).to(tl.int64)\n"
@@ -80,7 +85,7 @@ def _walk(spec: HCPostSpec) -> str:
 
 
 def _grid(spec: HCPostSpec, rows: int) -> tuple[int, ...]:
-    blocks = cdiv(spec.d, _block(spec))
+    blocks = _blocks(spec)
     return (rows, blocks) if ORDER == "columns" else (rows * blocks,)
 
 
