@@ -193,9 +193,10 @@ def test_site_orders_are_checked() -> None:
     """bench/sweeps/site_order.py on the CPU: the site scenario with every hc_post walk, each
     checked against the PyTorch lowering inside `Bench.site` (a wrong walk raises there)."""
     from hyperloom.codegen.emitters import hc_post
+    committed = hc_post.ORDER
     got = _sweep("site_order").main(["--rounds", "1"])
     assert sorted(got) == sorted(f"{o} mhc site 8" for o in hc_post.ORDERS), got
-    assert hc_post.ORDER == "columns"
+    assert hc_post.ORDER == committed  # the sweep puts the committed walk back
 
 
 def test_kda_state_layouts_are_checked(monkeypatch) -> None:

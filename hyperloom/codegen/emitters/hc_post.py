@@ -26,7 +26,8 @@ BLOCK_D = 1024  # columns per program: [n, 1024] fp32 new streams, 32 registers 
 # H200 a whole row of 4096 at 16 warps ran the site alone at 4096 rows 4 us faster (148 us), but
 # a 2048-token prefill's 8 apart 55 us slower
 WARPS = 4
-ORDER = "columns"
+ORDER = "rows_last"  # H100 (ed2c86b, site_order.py, medians of 3): site at 4096 rows 416.8 us by
+# columns, 410.4 by rows, 407.0 from the last row; llama's 2048-token prefill 8582, 8456, 8489
 ORDERS = ("columns", "rows", "rows_last")
 
 
