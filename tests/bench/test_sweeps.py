@@ -199,6 +199,17 @@ def test_site_orders_are_checked() -> None:
     assert hc_post.ORDER == committed  # the sweep puts the committed walk back
 
 
+def test_site_program_sizes_are_checked() -> None:
+    """site_order.py's `--blocks`: hc_post programs of other widths pass the same check (8
+    columns: eight programs a row of the tiny config's 64; 128: a row in one program), and the
+    committed size comes back."""
+    from hyperloom.codegen.emitters import hc_post
+    committed = hc_post.BLOCK_D, hc_post.WARPS
+    got = _sweep("site_order").main(["--orders", "rows_last", "--blocks", "8x1,128x2"])
+    assert sorted(got) == ["rows_last 128x2 mhc site 8", "rows_last 8x1 mhc site 8"], got
+    assert (hc_post.BLOCK_D, hc_post.WARPS) == committed
+
+
 def test_kda_state_layouts_are_checked(monkeypatch) -> None:
     import torch
     sweep = _sweep("kda_state_layout")
