@@ -79,10 +79,14 @@ def _walk(spec: HCPostSpec) -> str:
         return ("    r = tl.program_id(0).to(tl.int64)\n"
                 "    c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)\n")
     blocks = _blocks(spec)
-    row = f"pid // {blocks}" if ORDER == "rows" else \
-        f"tl.num_programs(0) // {blocks} - 1 - pid // {blocks}"
-    return (f"    pid = tl.program_id(0)\n    r = ({row}).to(tl.int64)\n"
-            f"    c = pid % {blocks} * BLOCK_D + tl.arange(0, BLOCK_D)\n")
+    if blocks == 1:  # a row a program
+        row = "pid" if ORDER == "rows" else "tl.num_programs(0) - 1 - pid"
+        col = "tl.arange(0, BLOCK_D)"
+    else:
+        row = f"pid // {blocks}" if ORDER == "rows" else \
+            f"tl.num_programs(0) // {blocks} - 1 - pid // {blocks}"
+        col = f"pid % {blocks} * BLOCK_D + tl.arange(0, BLOCK_D)"
+    return f"    pid = tl.program_id(0)\n    r = ({row}).to(tl.int64)\n    c = {col}\n"
 
 
 def _grid(spec: HCPostSpec, rows: int) -> tuple[int, ...]:

@@ -202,8 +202,8 @@ def k07_linear_hc_post_l0_down_post(f_ptr, x_ptr, post_ptr, comb_ptr, o_ptr, sf,
         BLOCK_D: tl.constexpr = 64):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     pid = tl.program_id(0)
-    r = (tl.num_programs(0) // 1 - 1 - pid // 1).to(tl.int64)
-    c = pid % 1 * BLOCK_D + tl.arange(0, BLOCK_D)
+    r = (tl.num_programs(0) - 1 - pid).to(tl.int64)
+    c = tl.arange(0, BLOCK_D)
     cm = c < D
     jj = tl.arange(0, NP)
     jm = jj < N
