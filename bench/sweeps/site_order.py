@@ -42,15 +42,14 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     model = hyperloom.build("llama", "bench" if gpu else "tiny-hc", None, dtype)
     limits = measure_limits(device)
     bench = Bench(model, device, dtype, TOLERANCE[dtype], compile_modes=False)
-    variants = list(itertools.product(args.orders.split(","), _blocks(args.blocks)))
+    orders, sizes = args.orders.split(","), _blocks(args.blocks)
     times: dict[str, list[float]] = {}
     saved = hc_post.ORDER, hc_post.BLOCK_D, hc_post.WARPS
     try:
         for _ in range(args.rounds):
-            for order, (cols, warps) in variants:
+            for order, (cols, warps) in itertools.product(orders, sizes):
                 hc_post.ORDER, hc_post.BLOCK_D, hc_post.WARPS = order, cols, warps
-                name = order if len(variants) == len(args.orders.split(",")) else \
-                    f"{order} {cols}x{warps}"
+                name = order if len(sizes) == 1 else f"{order} {cols}x{warps}"
                 runs = [bench.site(args.rows)] + ([bench.prefill(args.prefill)]
                                                   if args.prefill else [])
                 for r in runs:
