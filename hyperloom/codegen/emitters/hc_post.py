@@ -79,14 +79,11 @@ def _walk(spec: HCPostSpec) -> str:
         return ("    r = tl.program_id(0).to(tl.int64)\n"
                 "    c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)\n")
     blocks = _blocks(spec)
-    if blocks == 1:  # a row a program
-        row = "pid" if ORDER == "rows" else "tl.num_programs(0) - 1 - pid"
-        col = "tl.arange(0, BLOCK_D)"
-    else:
-        row = f"pid // {blocks}" if ORDER == "rows" else \
-            f"tl.num_programs(0) // {blocks} - 1 - pid // {blocks}"
-        col = f"pid % {blocks} * BLOCK_D + tl.arange(0, BLOCK_D)"
-    return f"    pid = tl.program_id(0)\n    r = ({row}).to(tl.int64)\n    c = {col}\n"
+    per = "" if blocks == 1 else f" // {blocks}"  # a row a program: plain lines
+    row = f"pid{per}" if ORDER == "rows" else f"tl.num_programs(0){per} - 1 - pid{per}"
+    first = "" if blocks == 1 else f"pid % {blocks} * BLOCK_D + "
+    return (f"    pid = tl.program_id(0)\n    r = ({row}).to(tl.int64)\n"
+            f"    c = {first}tl.arange(0, BLOCK_D)\n")
 
 
 def _grid(spec: HCPostSpec, rows: int) -> tuple[int, ...]:
