@@ -61,7 +61,7 @@ def header(entry: KernelEntry) -> str:
 
 def entry_spec(entry: KernelEntry, types: dict):
     """The emitter spec of a plan entry: its node's, plus the site a GEMM finishes (or writes
-    the parts of) and the site a GEMV forms, the gate
+    the parts of), the site a GEMV forms, the stream mean a GEMM stores or reads, the gate
     a KDA conv carries, the gated norm the KDA recurrence carries or the norm a norm carries."""
     if entry.emitter not in EMITTERS:
         raise CodegenError(f"no emitter {entry.emitter!r} for {entry.name}; emitters: "
@@ -72,6 +72,8 @@ def entry_spec(entry: KernelEntry, types: dict):
                                    site_parts=entry.finishes.formed)
     if entry.forms is not None:
         spec = dataclasses.replace(spec, site_in=hc_pre_spec(entry.forms.node, types))
+    if entry.means is not None or entry.meaned:
+        spec = dataclasses.replace(spec, mean_out=entry.means is not None, mean_in=entry.meaned)
     carried = entry.carries.node if entry.carries is not None else None
     if carried is not None and carried.op is Op.LINEAR_KDA_GATE:  # (f, wf, dt_bias, a_log)
         spec = dataclasses.replace(spec, gate=kda_gate_spec(carried, types),

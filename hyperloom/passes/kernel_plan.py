@@ -101,6 +101,11 @@ class KernelEntry:
     # norm right after it (ALWAYS)
     carries: KernelEntry | None = None
     carried_rows: int = 0
+    # CONFIG.head_mean: a GEMM with the hc_post epilogue that also stores its new streams'
+    # mean in steps of at most APART_ROWS rows (`means`: the stream-mean norm GEMM right after
+    # it, the LM head), and that GEMM (`meaned`), which norms the mean in its K loop there
+    means: KernelEntry | None = None
+    meaned: bool = False
 
     def launches_at(self, rows: int, decode: bool = False) -> int:
         if (self.folded and folds(rows)) or rows <= self.carried_rows:
@@ -117,6 +122,10 @@ class KernelEntry:
             also += f"; forms {self.forms.name}'s y at one row"
         if self.formed and not self.folded:
             also += "; writes its parts for the GEMV after it at one row"
+        if self.means:
+            also += f"; writes {self.means.name}'s stream mean up to {APART_ROWS} rows"
+        if self.meaned:
+            also += f"; reads its stream mean up to {APART_ROWS} rows"
         if self.carries:
             most = self.carries.carried_rows
             also += f"; runs {self.carries.name}" + (f" up to {most} rows" if most < ALWAYS
@@ -178,8 +187,7 @@ def _launches(node: Node, emitter: str, types: dict) -> tuple[tuple[int | None, 
     apply); routed experts count their pairs in a kernel of its own past MOE_ROUTE_PAIRS; KDA
     takes its chunked kernels for a run of KDA_CHUNKED_ROWS rows, and MLA its dense kernel for a
     run of MLA_DENSE_ROWS (both counted here by the step's rows)."""
-    if emitter == "matmul" and getattr(node.attrs, "eps", None) is not None \
-            and types[node.args[0]].rank == 3:
+    if emitter == "matmul" and _stream_mean_norm(node, types):
         return ((None, 2),)
     if node.op is Op.LINEAR_HC_POST:
         if node.attrs.group:  # the gated norm's kernel first
@@ -218,6 +226,8 @@ def plan_kernels(graph: Graph, arena: ArenaPlan) -> KernelPlan:
         kernels = _fold_sites(kernels)
     if CONFIG.fold_sites and CONFIG.form_sites:
         kernels = _form_sites(kernels, types)
+    if CONFIG.head_mean:
+        kernels = _mean_heads(kernels, types)
     return KernelPlan(graph.name, tuple(_carry(kernels, arena)))
 
 
@@ -251,6 +261,27 @@ def _form_sites(kernels: list[KernelEntry], types: dict) -> list[KernelEntry]:
             out[i - 1] = dataclasses.replace(before, finishes=out[i])
         out[i + 1] = dataclasses.replace(nxt, forms=out[i])
     return out
+
+
+def _mean_heads(kernels: list[KernelEntry], types: dict) -> list[KernelEntry]:
+    """Pair each GEMM with the hc_post epilogue with the stream-mean norm GEMM right after it
+    that reads its new streams (the LM head after hc_head_mean): in steps of at most
+    APART_ROWS rows the first stores the streams' mean beside them, and the second norms that
+    mean in its K loop, with no norm kernel (`means`, `meaned`)."""
+    out = list(kernels)
+    for i, (k, nxt) in enumerate(zip(kernels, kernels[1:])):
+        if k.emitter == "matmul" and k.node.op is Op.LINEAR_HC_POST and nxt.emitter == "matmul" \
+                and nxt.node.args[0] == k.node.outs[0] and _stream_mean_norm(nxt.node, types):
+            out[i + 1] = dataclasses.replace(nxt, meaned=True,
+                                             counts=((APART_ROWS, 1),) + nxt.counts)
+            out[i] = dataclasses.replace(out[i], means=out[i + 1])
+    return out
+
+
+def _stream_mean_norm(node: Node, types: dict) -> bool:
+    """Whether a GEMM node norms the mean of [T, n, K] streams (the mean_rmsnorm prologue)."""
+    return getattr(node.attrs, "eps", None) is not None and types[node.args[0]].rank == 3 \
+        and not getattr(node.attrs, "group", 0)
 
 
 def _overlap(a: str, b: str, arena: ArenaPlan) -> bool:

@@ -105,6 +105,8 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         extra["site"] = matmul.Site(fn, base, scale, *(o[v] for v in site.outs),
                                     *_hc_pre_scratch(spec.site, out, o, device),
                                     ow=ow[0] if ow else None, parts=parts)
+    if entry.means is not None or entry.meaned:
+        extra["mean"] = _stream_mean(entry.means or entry, o, device)
     if spec.site_in:
         site = entry.forms.node
         part, _ = _hc_pre_scratch(spec.site_in, o[site.args[0]], o, device)
@@ -126,6 +128,17 @@ def _hc_pre_scratch(spec: hc_pre.HCPreSpec, x: torch.Tensor, o: Operands,
     key = ("hc_pre", spec, x.shape[0])
     if key not in o.scratch:
         o.scratch[key] = hc_pre.scratch(spec, x.shape[0], device)
+    return o.scratch[key]
+
+
+def _stream_mean(head: KernelEntry, o: Operands, device) -> torch.Tensor:
+    """The streams' mean the GEMM before a stream-mean norm GEMM (`head`) stores for it, in
+    the head's weight dtype, for steps of up to SPLIT_ROWS rows (kernel_plan: means, meaned)."""
+    x, w = o[head.node.args[0]], o[head.node.args[1]]
+    key = ("stream_mean", head.node.args[0])
+    if key not in o.scratch:
+        rows = min(x.shape[0], matmul.SPLIT_ROWS)
+        o.scratch[key] = torch.empty((rows, x.shape[-1]), dtype=w.dtype, device=device)
     return o.scratch[key]
 
 

@@ -7,6 +7,7 @@ CONFIG.eager_replay allows."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -91,7 +92,9 @@ class Program:
                              o.weights, {k: v for k, v in o.groups.items()
                                          if k not in entry.node.outs}, o.state, o.types,
                              o.scratch, o.sources)
-            self._heads = _Head(src, x, out, BUILDERS[entry.emitter](entry, bound, self.device))
+            # its own rows: not the stream mean the GEMM before stores for the step's rows
+            alone = dataclasses.replace(entry, meaned=False)
+            self._heads = _Head(src, x, out, BUILDERS[entry.emitter](alone, bound, self.device))
         return self._heads
 
     def step(self, rows: int, seq_rows: int, keep: int | None = None) -> None:

@@ -210,6 +210,15 @@ def test_site_program_sizes_are_checked() -> None:
     assert (hc_post.BLOCK_D, hc_post.WARPS) == committed
 
 
+def test_knob_variants_of_decode_are_checked() -> None:
+    """bench/sweeps/knob_decode.py on the CPU: each variant's decode built under its knobs
+    and checked against the PyTorch lowering inside `Bench.decode`; the knobs come back."""
+    from hyperloom.config import CONFIG
+    got = _sweep("knob_decode").main(["--variants", ";head_mean=false", "--ctx", "12"])
+    assert sorted(got) == ["defaults | decode b1 ctx12", "head_mean=false | decode b1 ctx12"]
+    assert CONFIG.head_mean
+
+
 def test_kda_state_layouts_are_checked(monkeypatch) -> None:
     import torch
     sweep = _sweep("kda_state_layout")

@@ -6,6 +6,7 @@ bf16 on the H200, judged by relative error."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -108,14 +109,16 @@ class Case:
         t = torch.full(wide, float("nan"), dtype=dtype, device=self.device)
         return t[..., 8: 8 + shape[-1]] if self.view else t
 
-    def launch(self) -> None:
+    def launch(self, mean: torch.Tensor | None = None) -> None:
         name = f"mm_{self.spec.prologue}_{self.spec.epilogue}"
+        if self.spec.mean_out or self.spec.mean_in:
+            name += "_mean_out" if self.spec.mean_out else "_mean_in"
         src = source(name, self.spec)
         kernels = tuple(load(src, n, self.device) for n in kernel_names(name, self.spec))
         launch(kernels, self.spec, x=self.x, w=self.w, out=self.out, rows=self.rows,
                stream=self.stream, post=self.post, comb=self.comb, h=self.h, y=self.y,
                gate=self.gate, nw=self.nw, dt=self.dt, alog=self.alog, addend=self.addend,
-               normed=self.normed)
+               normed=self.normed, mean=mean)
 
 
 def reference(spec: MatmulSpec, c: Case) -> torch.Tensor:
@@ -269,6 +272,58 @@ def test_hc_post_adds_the_wide_step_pair():
     assert scratch_y(spec, SPLIT_ROWS, torch.float32, "cpu") is None
     assert scratch_y(spec, SPLIT_ROWS + 1, torch.float32, "cpu").shape == (SPLIT_ROWS + 1, 72)
     assert scratch_y(spec_for(40, 72, "none", "residual"), 500, torch.float32, "cpu") is None
+
+
+def stream_mean_pair(rows: int, device: str, act: torch.dtype, k: int, n: int, hc: int,
+                     seed: int) -> tuple[Case, Case, torch.Tensor]:
+    """A GEMM with the hc_post epilogue that stores its new streams' mean (mean_out), and the
+    stream-mean norm GEMM on those streams that reads it (mean_in): the last layer's down and
+    the LM head. Returns both cases and the mean buffer (poisoned, rows past `rows` too)."""
+    down = Case(dataclasses.replace(spec_for(k, k, "none", "hc_post", hc=hc), mean_out=True),
+                rows, device, act, view=False, seed=seed)
+    head = Case(dataclasses.replace(spec_for(k, n, "mean_rmsnorm", "store", streams=hc),
+                                    mean_in=True), rows, device, act, view=False, seed=seed + 1)
+    head.x = down.out  # the head reads the streams down writes
+    return down, head, torch.full((rows + SLACK, k), float("nan"), dtype=act, device=device)
+
+
+def run_pair(down: Case, head: Case, mean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch both with the mean between them; fp64 references of down's streams and the head's
+    logits (from the streams down wrote as they are stored)."""
+    want_down = reference(down.spec, down)
+    down.launch(mean=mean)
+    want_head = reference(head.spec, head)
+    head.launch(mean=mean)
+    return want_down, want_head
+
+
+@pytest.mark.parametrize("rows", [1, 3, 17, 64, 65])  # GEMV; tensor cores; hc_post apart
+def test_the_stream_mean_replaces_the_heads_norm_kernel(rows):
+    down, head, mean = stream_mean_pair(rows, "cpu", torch.float32, 40, 72, 4, 1300 + rows)
+    head.h.fill_(float("nan"))
+    want_down, want_head = run_pair(down, head, mean)
+    what = f"stream mean rows={rows}"
+    assert_close(down.out[:rows], want_down, torch.float32, f"{what}: streams")
+    assert_close(head.out[:rows], want_head, torch.float32, f"{what}: head")
+    if rows <= SPLIT_ROWS:  # down stored the mean; the head ran no norm kernel
+        assert_close(mean[:rows], want_down.mean(1), torch.float32, f"{what}: mean")
+        assert torch.isnan(head.h).all(), f"{what}: the norm kernel ran"
+    else:  # hc_post apart: no mean stored, the head norms in its kernel
+        assert torch.isnan(mean).all(), f"{what}: a mean stored past SPLIT_ROWS"
+        check_h(head, what)
+    assert torch.isnan(mean[rows:]).all(), f"{what}: a mean stored past `rows`"
+
+
+def test_a_stream_mean_needs_its_epilogue_and_prologue():
+    with pytest.raises(ValueError, match="stream mean"):
+        dataclasses.replace(spec_for(40, 72, "none", "store"), mean_out=True)
+    with pytest.raises(ValueError, match="stream mean"):
+        dataclasses.replace(spec_for(40, 72, "rmsnorm", "store"), mean_in=True)
+    spec = dataclasses.replace(spec_for(40, 72, "mean_rmsnorm", "store"), mean_in=True)
+    assert kernel_names("mm_k", spec) == ("mm_k_norm", "mm_k", "mm_k_mean")
+    down, head, _ = stream_mean_pair(1, "cpu", torch.float32, 40, 72, 4, 1400)
+    with pytest.raises(ValueError, match="stream mean"):
+        down.launch()  # mean_out with no buffer to store the mean in
 
 
 @pytest.mark.parametrize("rows", [1, 3, 16, 17, 50, 70])  # GEMV; tensor cores; hc_post apart
@@ -472,3 +527,19 @@ def test_gpu_norm_is_stable_over_repeats(prologue):
     # an in-loop sum(x^2) reduction once raced with the pipelined copies (a moving error)
     for seed in range(8):
         check_gpu(spec_for(1024, 1500, prologue, "residual"), 100, view=True, seed=800 + seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 8, 40, 65])
+def test_gpu_bf16_stream_mean_into_the_lm_head(rows):
+    # a 4096-wide hc_post GEMM over 4 streams and a 32000-column head (llama bench's last
+    # layer and LM head): the bf16 mean it stores, then the head's norm in its K loop
+    down, head, mean = stream_mean_pair(rows, "cuda", torch.bfloat16, 4096, 32000, 4,
+                                        1500 + rows)
+    want_down, want_head = run_pair(down, head, mean)
+    torch.cuda.synchronize()
+    what = f"bf16 stream mean rows={rows}"
+    assert_rel(down.out[:rows].double(), want_down, 1e-2, f"{what}: streams")
+    assert_rel(head.out[:rows].double(), want_head, 1e-2, f"{what}: head")
+    if rows <= SPLIT_ROWS:
+        assert_rel(mean[:rows].double(), want_down.mean(1), 1e-2, f"{what}: mean")

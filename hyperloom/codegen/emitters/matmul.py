@@ -66,7 +66,7 @@ from hyperloom.codegen.emitters.gemv import site_block, site_programs  # noqa: F
 from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
 from hyperloom.codegen.emitters.text import indented, pdl, wrap
 from hyperloom.config import CONFIG
-from hyperloom.errors import require
+from hyperloom.errors import require, require_shape
 from hyperloom.passes.kernel_plan import APART_ROWS, folds
 
 SPLIT_ROWS = APART_ROWS  # hc_post epilogue: wider steps run the GEMM and hc_post apart
@@ -76,14 +76,21 @@ def gemm_spec(spec: MatmulSpec) -> MatmulSpec:
     """The spec of the GEMM kernel: mean_rmsnorm's and gated_rmsnorm's run on rows their norm
     kernel already normed."""
     if spec.prologue in NORM_KERNEL:
-        return dataclasses.replace(spec, prologue="none", group=0)
+        return dataclasses.replace(spec, prologue="none", group=0, mean_in=False)
     return spec
+
+
+def mean_spec(spec: MatmulSpec) -> MatmulSpec:
+    """The GEMM of a spec.mean_in step: the rmsnorm prologue on the stored stream mean."""
+    return dataclasses.replace(spec, prologue="rmsnorm", streams=1, mean_in=False)
 
 
 def kernel_names(name: str, spec: MatmulSpec) -> tuple[str, ...]:
     """The kernels `source(name, spec)` defines: (norm, GEMM) for mean_rmsnorm and
-    gated_rmsnorm; hc_post adds its wide-step pair (plain GEMM into y, hc_post)."""
+    gated_rmsnorm; hc_post adds its wide-step pair (plain GEMM into y, hc_post); mean_in the
+    GEMM on the stored stream mean (mean_spec)."""
     names = (f"{name}_norm", name) if spec.prologue in NORM_KERNEL else (name,)
+    names += (f"{name}_mean",) if spec.mean_in else ()
     return names + ((f"{name}_y", f"{name}_post") if spec.epilogue == "hc_post" else ())
 
 
@@ -92,7 +99,7 @@ def split_spec(spec: MatmulSpec) -> MatmulSpec:
     stored with it added, the "residual" epilogue over the addend)."""
     epilogue = "residual" if spec.addend else "store"
     return dataclasses.replace(gemm_spec(spec), epilogue=epilogue, hc=1, site=None,
-                               site_parts=False, addend=False)
+                               site_parts=False, addend=False, mean_out=False)
 
 
 def norm_spec(spec: MatmulSpec) -> norm.NormSpec:
@@ -130,6 +137,8 @@ def _params(spec: MatmulSpec) -> list[str]:
         names.append("sst_t")
     if spec.epilogue == "hc_post":
         names += ["sst_h", "sp_t", "sc_t", "sc_i"]
+    if spec.mean_out:
+        names += ["mean_ptr", "sm_t"]
     if spec.site_in:
         return names + list(SITE_IN_PARAMS)
     if not spec.site:
@@ -356,6 +365,8 @@ def source(name: str, spec: MatmulSpec, header: str = "") -> str:
     if spec.site_in:
         lines += hc_pre.gates_source(spec.site_in).strip("\n").splitlines() + ["", ""]
     lines += _gemm_kernel(name, gemm_spec(spec))
+    if spec.mean_in:
+        lines += ["", ""] + _gemm_kernel(f"{name}_mean", mean_spec(spec))
     if spec.epilogue == "hc_post":
         lines += ["", ""] + _gemm_kernel(f"{name}_y", split_spec(spec)) + ["", ""]
         lines.append(hc_post.kernel_source(f"{name}_post", hc_post.HCPostSpec(spec.hc, spec.n_out)))
@@ -479,17 +490,22 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
                 comb: torch.Tensor | None = None, site: Site | None = None,
                 dt: torch.Tensor | None = None, alog: torch.Tensor | None = None,
                 addend: torch.Tensor | None = None, normed: torch.Tensor | None = None,
-                nw: torch.Tensor | None = None, site_in: SiteIn | None = None) -> None:
+                nw: torch.Tensor | None = None, site_in: SiteIn | None = None,
+                mean: torch.Tensor | None = None) -> None:
     """The GEMM kernel of a spec whose prologue is none or rmsnorm (see gemm_spec) on the first
     `rows` rows; site: spec.site's operands (needed with spec.site); dt, alog: the kda_gate
     epilogue's dt_bias and A_log; addend: spec.addend's rows; normed, nw: the gated_norm
     epilogue's rows and norm weight; site_in: spec.site_in's operands (a one-row step reads
-    them in place of x)."""
+    them in place of x); mean: spec.mean_out's [>= rows, N]."""
     t = tiles(spec, rows, x.element_size(), w.element_size())
     bound = {"x_ptr": x, "w_ptr": w, "out_ptr": out, "stream_ptr": stream, "post_ptr": post,
              "comb_ptr": comb, "bias_ptr": dt, "alog_ptr": alog, "add_ptr": addend, "rows": rows,
              "normed_ptr": normed, "nw_ptr": nw,
              **_strides(spec, x, out, stream, post, comb, addend, normed)}
+    if spec.mean_out:
+        require(mean is not None, "matmul stream mean: needed by a mean_out spec, got None")
+        require_shape("matmul stream mean", mean, (spec.n_out,), rows)
+        bound |= {"mean_ptr": mean, "sm_t": mean.stride(0)}
     grid = (cdiv(rows, t.block_m) * cdiv(spec.n_out, t.block_n),)
     extra = {}
     if spec.site:
@@ -546,7 +562,7 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
            gate: torch.Tensor | None = None, nw: torch.Tensor | None = None,
            dt: torch.Tensor | None = None, alog: torch.Tensor | None = None,
            addend: torch.Tensor | None = None, normed: torch.Tensor | None = None,
-           site_in: SiteIn | None = None) -> None:
+           site_in: SiteIn | None = None, mean: torch.Tensor | None = None) -> None:
     """Run the kernels of `source(..., spec)` (those of kernel_names, loaded, in order) on the
     first `rows` rows of the operands. mean_rmsnorm: h is the scratch of `scratch(...)` (at least
     `rows` rows); the norm kernel fills h[:rows], then the GEMM reads it as its x. hc_post: y
@@ -554,11 +570,18 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
     operands, and a one-row step finishes it (finishes_site). gated_rmsnorm: gate and nw (the
     norm weight), and h (`scratch`) as for mean_rmsnorm. kda_gate: dt (dt_bias [N]) and alog
     (A_log [heads]). spec.addend: addend [>= rows, N]. gated_norm: normed [>= rows, N] and
-    nw. spec.site_in: `site_in` holds the site's operands, and a one-row step forms y."""
+    nw. spec.site_in: `site_in` holds the site's operands, and a one-row step forms y.
+    spec.mean_out: mean [>= rows, N] takes the new streams' mean (up to SPLIT_ROWS rows).
+    spec.mean_in: with mean given (what the GEMM before stored), a step of up to SPLIT_ROWS
+    rows runs the rmsnorm GEMM on it, in place of the norm kernel and h."""
     check_operands(spec, rows, x=x, w=w, out=out, stream=stream, post=post, comb=comb, h=h,
                    gate=gate, nw=nw, dt=dt, alog=alog, addend=addend, normed=normed)
     require(len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names")
     if rows <= 0:
+        return
+    if spec.mean_in and mean is not None and rows <= SPLIT_ROWS:
+        require_shape("matmul stream mean", mean, (spec.k,), rows)
+        launch_gemm(kernels[2], mean_spec(spec), x=mean, w=w, out=out, rows=rows)
         return
     if spec.prologue in NORM_KERNEL:
         if spec.prologue == "mean_rmsnorm":
@@ -577,4 +600,4 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
         return
     launch_gemm(gemm, gemm_spec(spec), x=x, w=w, out=out, rows=rows, stream=stream,
                 post=post, comb=comb, site=site, dt=dt, alog=alog, addend=addend, normed=normed,
-                nw=nw if spec.epilogue == "gated_norm" else None, site_in=site_in)
+                nw=nw if spec.epilogue == "gated_norm" else None, site_in=site_in, mean=mean)

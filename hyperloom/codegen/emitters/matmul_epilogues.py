@@ -57,6 +57,9 @@ def _hc_post(spec: MatmulSpec) -> list[str]:
     of them at once took 255 registers and kilobytes of spills at every tile size)."""
     lines = ["p_rows = post_ptr + rm64 * sp_t", "c_rows = comb_ptr + rm64 * sc_t"]
     args = "s_rows, o_rows, p_rows, c_rows, sst_h, so_h, sc_i"
+    if spec.mean_out:
+        lines.append("m_rows = mean_ptr + rm64[:, None] * sm_t")
+        args += ", m_rows"
     lines += ["if GEMV:", f"    _hc_post_cols(acc, rn, m_ok, {spec.n_out}, {args})"]
     if spec.site:
         lines += ["    if SITE:"] + indented(indented(_site(spec)))
@@ -112,7 +115,8 @@ def _site(spec: MatmulSpec) -> list[str]:
 
 def hc_post_helpers(spec: MatmulSpec) -> list[str]:
     """`_halves` (a tile's left and right column halves) and `_hc_post_cols` (hc_post of one
-    column chunk; every stream tile is loaded before any store, so out may alias X)."""
+    column chunk; every stream tile is loaded before any store, so out may alias X; with
+    spec.mean_out also the new streams' mean into m_rows)."""
     n = spec.hc
     body = [f"x{i} = tl.load(s_rows + {i} * sst_h + cn[None, :], mask=ok, other=0.0)"
             for i in range(n)]
@@ -121,9 +125,16 @@ def hc_post_helpers(spec: MatmulSpec) -> list[str]:
         body += [f"o += tl.load(c_rows + {i} * sc_i + {j}, mask=m_ok, other=0.0)"
                  f"[:, None] * x{i}" for i in range(n)]
         body.append(f"tl.store(o_rows + {j} * so_h + cn[None, :], o, mask=ok)")
+        if spec.mean_out:
+            body.append("mean = o" if j == 0 else "mean += o")
+    params = "sc_i"
+    if spec.mean_out:
+        body.append(f"tl.store(m_rows + cn[None, :], (mean / {n}).to(m_rows.dtype.element_ty), "
+                    "mask=ok)")
+        params += ", m_rows"
     return ["@triton.jit", "def _halves(t, BM: tl.constexpr, W: tl.constexpr):",
             "    return tl.split(tl.permute(tl.reshape(t, [BM, 2, W]), (0, 2, 1)))", "", "",
             "@triton.jit",
             "def _hc_post_cols(acc, cn, m_ok, n_out, s_rows, o_rows, p_rows, c_rows, sst_h, so_h,",
-            "                  sc_i):",
+            f"                  {params}):",
             "    ok = m_ok[:, None] & (cn < n_out)[None, :]"] + indented(body)

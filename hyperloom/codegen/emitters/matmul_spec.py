@@ -37,6 +37,12 @@ class MatmulSpec:
     site_in: hc_pre.HCPreSpec | None = None
     gate: kda_gate.KDAGateSpec | None = None  # the kda_gate epilogue's heads and bound
     addend: bool = False  # residual, hc_post: a [rows, N] value added to the result first
+    # hc_post with the epilogue in the GEMM (at most SPLIT_ROWS rows): also store the new
+    # streams' mean [rows, N], in mean's dtype, for the stream-mean norm GEMM after it
+    mean_out: bool = False
+    # mean_rmsnorm: up to SPLIT_ROWS rows, the rmsnorm GEMM on that stored mean replaces the
+    # norm kernel and the GEMM on its h (`emitters.matmul`'s `{name}_mean` kernel)
+    mean_in: bool = False
 
     def __post_init__(self) -> None:
         if self.prologue not in PROLOGUES or self.epilogue not in EPILOGUES:
@@ -55,6 +61,10 @@ class MatmulSpec:
                              f"swiglu epilogue, k = the site's width ({self.k} vs "
                              f"{self.site_in.d}), the site norm without its weight and at most "
                              f"8 streams (2n A rows of 16)")
+        if (self.mean_out and self.epilogue != "hc_post") \
+                or (self.mean_in and self.prologue != "mean_rmsnorm"):
+            raise ValueError(f"a stored stream mean needs the hc_post epilogue, reading it the "
+                             f"mean_rmsnorm prologue; got {self.prologue!r}/{self.epilogue!r}")
         if self.addend and self.epilogue not in ("residual", "hc_post"):
             raise ValueError(f"an addend needs the residual or hc_post epilogue, not "
                              f"{self.epilogue!r}")

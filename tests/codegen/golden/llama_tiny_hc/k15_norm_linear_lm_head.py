@@ -69,3 +69,54 @@ def k15_norm_linear_lm_head(
     o_ok = m_ok[:, None] & n_ok[None, :]
     o_rows = out_ptr + rm64[:, None] * so_t
     tl.store(o_rows + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=o_ok)
+
+
+@triton.jit(do_not_specialize=["rows"])
+def k15_norm_linear_lm_head_mean(
+    x_ptr, w_ptr, out_ptr, rows, sx_t, so_t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, GEMV: tl.constexpr):
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(rows, BLOCK_M)
+    num_n = tl.cdiv(256, BLOCK_N)
+    group = GROUP_M * num_n
+    first_m = (pid // group) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % size_m
+    pid_n = (pid % group) // size_m
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < rows
+    n_ok = rn < 256
+    rm64 = rm.to(tl.int64)  # row offsets of big activations overflow int32
+    x_rows = x_ptr + rm64[:, None] * sx_t
+    w_cols = w_ptr + rn.to(tl.int64)[None, :] * 64
+    tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    sq2 = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
+    sqm = tl.zeros([BLOCK_M, BLOCK_M], dtype=tl.float32)  # GEMV: x x^T
+    for k0 in range(0, 64, BLOCK_K):
+        kk = k0 + rk
+        k_ok = kk < 64
+        x_ok = m_ok[:, None] & k_ok[None, :]
+        b0 = tl.load(w_cols + kk[:, None], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        if GEMV:
+            a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)
+            sqm = tl.dot(a, tl.trans(a), sqm)
+            acc = tl.dot(a.to(b0.dtype), b0, acc)
+        else:
+            a = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0)
+            af = tl.load(x_rows + kk[None, :], mask=x_ok, other=0.0,
+                         eviction_policy="evict_last").to(tl.float32)
+            sq2 += af * af
+            acc = tl.dot(a.to(b0.dtype), b0, acc)
+    if GEMV:
+        i = tl.arange(0, BLOCK_M)
+        sq = tl.sum(tl.where(i[:, None] == i[None, :], sqm, 0.0), axis=1)
+    else:
+        sq = tl.sum(sq2, axis=1)
+    scale = tl.rsqrt(sq / 64 + 1e-05)[:, None]
+    acc = acc * scale
+    o_ok = m_ok[:, None] & n_ok[None, :]
+    o_rows = out_ptr + rm64[:, None] * so_t
+    tl.store(o_rows + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=o_ok)
