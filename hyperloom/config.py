@@ -38,6 +38,9 @@ class Config:
                 "parts as its A rows, y's norm from their Gram, the gates from the partials), "
                 "and one more of its programs writes the site's post and comb; the GEMM "
                 "before writes partials only, with no finish"})
+    embed_site: bool = field(default=True, metadata={
+        "help": "with form_sites, a one-row step's embedding launch also writes the first mHC "
+                "site's partials and stream parts (the site launches nothing there)"})
     head_mean: bool = field(default=True, metadata={
         "help": "a step whose hc_post epilogue runs in its GEMM (at most 64 rows) has the last "
                 "layer's GEMM store the new streams' mean too, and the LM head norms that mean "

@@ -78,6 +78,8 @@ def entry_spec(entry: KernelEntry, types: dict):
     if carried is not None and carried.op is Op.LINEAR_KDA_GATE:  # (f, wf, dt_bias, a_log)
         spec = dataclasses.replace(spec, gate=kda_gate_spec(carried, types),
                                    rank=int(types[carried.args[1]].shape[1]))
+    elif carried is not None and entry.emitter == "embedding":  # the first formed site
+        spec = dataclasses.replace(spec, site=hc_pre_spec(carried, types))
     elif carried is not None and entry.emitter == "norm":  # an independent norm after it
         spec = dataclasses.replace(spec, then=norm_spec(carried, types))
     elif carried is not None:  # linear_gated_norm(ga, wg, o, nw) of the KDA recurrence

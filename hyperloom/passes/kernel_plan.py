@@ -98,7 +98,8 @@ class KernelEntry:
     # `carried_rows` rows (the carried entry launches nothing there): CONFIG.conv_gate, a KDA
     # conv carries the f_b GEMM + decay gate (up to GEMV_ROWS rows); CONFIG.kda_norm_rows, the
     # KDA recurrence carries g_b's GEMM + gated output norm; a row norm carries an independent
-    # norm right after it (ALWAYS)
+    # norm right after it (ALWAYS); CONFIG.embed_site, the embedding the first formed site's
+    # parts (NARROW_ROWS)
     carries: KernelEntry | None = None
     carried_rows: int = 0
     # CONFIG.head_mean: a GEMM with the hc_post epilogue that also stores its new streams'
@@ -120,7 +121,7 @@ class KernelEntry:
                     else f"; finishes {self.finishes.name} at one row")
         if self.forms:
             also += f"; forms {self.forms.name}'s y at one row"
-        if self.formed and not self.folded:
+        if self.formed and not self.folded and not self.carried_rows:
             also += "; writes its parts for the GEMV after it at one row"
         if self.means:
             also += f"; writes {self.means.name}'s stream mean up to {APART_ROWS} rows"
@@ -128,8 +129,8 @@ class KernelEntry:
             also += f"; reads its stream mean up to {APART_ROWS} rows"
         if self.carries:
             most = self.carries.carried_rows
-            also += f"; runs {self.carries.name}" + (f" up to {most} rows" if most < ALWAYS
-                                                      else " in its launch")
+            also += f"; runs {self.carries.name}" + (
+                f" up to {most} row{'s' * (most > 1)}" if most < ALWAYS else " in its launch")
         return (f"{self.name:<34} {self.emitter:<11} grid {GRIDS[self.emitter]:<26} "
                 f"fuses {', '.join(self.node.sources)}{also}")
 
@@ -248,19 +249,30 @@ def _form_sites(kernels: list[KernelEntry], types: dict) -> list[KernelEntry]:
     """Mark each site whose y the GEMV after it forms (`_forms`): that GEMV, its `forms`, and
     for a folded site the GEMM before, whose `finishes` then writes the partials and stream
     parts only; a site of its own (the first, after the embedding) launches its parts kernel
-    at one row instead. The site's finish (a ticket, then one program's Sinkhorn, row read and
-    y) leaves the one-row step's critical path."""
+    at one row instead, or has the embedding's launch write them there (`_embeds`). The
+    site's finish (a ticket, then one program's Sinkhorn, row read and y) leaves the one-row
+    step's critical path."""
     out = list(kernels)
     for i, (site, nxt) in enumerate(zip(kernels, kernels[1:])):
         before = out[i - 1] if i else None
         if site.emitter != "hc_pre" or not _forms(site, nxt, kernels, types) \
                 or (site.folded and not (before and before.finishes)):
             continue
-        out[i] = dataclasses.replace(site, formed=True)
+        embedded = not site.folded and _embeds(before, site)
+        out[i] = dataclasses.replace(site, formed=True, carried_rows=NARROW_ROWS * embedded)
         if site.folded:
             out[i - 1] = dataclasses.replace(before, finishes=out[i])
+        elif embedded:
+            out[i - 1] = dataclasses.replace(before, carries=out[i])
         out[i + 1] = dataclasses.replace(nxt, forms=out[i])
     return out
+
+
+def _embeds(before: KernelEntry | None, site: KernelEntry) -> bool:
+    """Whether the embedding right before a formed site of its own writes the site's parts at
+    one row (CONFIG.embed_site): it gathers the streams the site reads, in the same launch."""
+    return CONFIG.embed_site and before is not None and before.emitter == "embedding" \
+        and before.node.op is Op.EMBED_STREAMS and before.node.outs[0] == site.node.args[0]
 
 
 def _mean_heads(kernels: list[KernelEntry], types: dict) -> list[KernelEntry]:

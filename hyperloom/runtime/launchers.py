@@ -32,7 +32,6 @@ from hyperloom.codegen.specs import (
     attention_spec,
     dsa_spec,
     elementwise_spec,
-    embedding_spec,
     hc_post_spec,
     hc_pre_spec,
     kda_gate_spec,
@@ -166,9 +165,11 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
         parts, block = _site_parts(spec, node, o, device), matmul.site_block(spec.d)
 
     def run(rows: int, _: int) -> None:
+        if not entry.launches_at(rows):  # folded, or the embedding wrote its parts
+            return
         if entry.formed and not entry.folded and rows <= NARROW_ROWS:
             hc_pre.launch_parts(kparts, spec, x=x, fn=fn, part=part, parts=parts, block_n=block)
-        elif entry.launches_at(rows):
+        else:
             hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y, post=post,
                           comb=comb, part=part, count=count, rows=rows,
                           fused=rows <= NARROW_ROWS, ow=ow[0] if ow else None)
@@ -185,10 +186,25 @@ def _hc_post(entry: KernelEntry, o: Operands, device) -> Launch:
 
 
 def _embedding(entry: KernelEntry, o: Operands, device) -> Launch:
-    node, spec = entry.node, embedding_spec(entry.node, o.types)
+    """With the first formed site it carries, a one-row step writes the site's parts too."""
+    node, spec = entry.node, entry_spec(entry, o.types)
     kern = load(o.source(entry), entry.name, device)
     ids, table, out = o[node.args[0]], o[node.args[1]], o[node.outs[0]]
-    return lambda rows, _: embedding.launch(kern, spec, ids=ids, table=table, out=out, rows=rows)
+    if entry.carries is None:
+        return lambda rows, _: embedding.launch(kern, spec, ids=ids, table=table, out=out,
+                                                rows=rows)
+    site = entry.carries
+    kparts = load(o.source(entry), embedding.parts_name(entry.name), device, entry.name)
+    fn, part = o[site.node.args[1]], _hc_pre_scratch(spec.site, out, o, device)[0]
+    parts = _site_parts(spec.site, site.node, o, device)
+
+    def run(rows: int, _: int) -> None:
+        if rows <= site.carried_rows:
+            embedding.launch_parts(kparts, spec, ids=ids, table=table, out=out, fn=fn,
+                                   part=part, parts=parts)
+        else:
+            embedding.launch(kern, spec, ids=ids, table=table, out=out, rows=rows)
+    return run
 
 
 def _attention(entry: KernelEntry, o: Operands, device) -> Launch:

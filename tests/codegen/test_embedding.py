@@ -9,7 +9,10 @@ import pytest
 import torch
 
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters.embedding import EmbeddingSpec, launch, source
+from hyperloom.codegen.emitters import hc_pre
+from hyperloom.codegen.emitters.embedding import (EmbeddingSpec, launch, launch_parts, parts_name,
+                                                  source)
+from hyperloom.codegen.emitters.gemv import site_block
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, dense, hc
 from tests.tolerances import assert_close, assert_rel
@@ -53,6 +56,57 @@ def test_gather(d: int, streams: int, to_streams: bool, strided: bool) -> None:
     run(spec, ids, table, out)
     assert_close(out[:rows], reference(spec, ids, table), torch.float32, "embedding")
     assert out[rows:].isnan().all(), "rows past `rows` were written"
+
+
+@pytest.mark.parametrize("d", [40, 1100])  # one program; several, the last partial
+@pytest.mark.parametrize("inside", [True, False])  # an id past the table: zero streams, parts
+def test_one_row_writes_the_first_sites_parts(d: int, inside: bool) -> None:
+    """The embedding that carries the first formed site (kernel_plan `_embeds`): at one row its
+    parts kernel writes the streams and exactly what the site's own parts kernel writes from
+    them (partials with the Gram, hi and lo stream parts)."""
+    check_site_parts(d, inside, "cpu", torch.float32)
+
+
+def check_site_parts(d: int, inside: bool, device: str, dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(d + inside)
+    vocab, n = 29, 4
+    site = hc_pre.HCPreSpec(n, d, 1e-6, 1e-6, 20, 1e-6)
+    spec = EmbeddingSpec(d=d, streams=n, to_streams=True, site=site)
+    table = (torch.randn(vocab, d, generator=gen) + 0.5).to(device, dtype)
+    ids = torch.tensor([vocab // 2 if inside else vocab + 3], device=device)
+    fn = (torch.randn((2 + n) * n, n * d, generator=gen) / d).to(device)
+    part, _ = hc_pre.scratch(site, 1, device)
+    want_part, parts, want_parts = part.clone(), *(
+        torch.full((2 * n, d), float("nan"), dtype=dtype, device=device) for _ in range(2))
+    out = poisoned((1 + SLACK, n, d), torch.float32, device)
+    src = source("embed", spec)
+    launch_parts(load(src, parts_name("embed"), device, "embed"), spec, ids=ids, table=table,
+                 out=out, fn=fn, part=part, parts=parts)
+    want = reference(spec, ids.cpu(), table.cpu()) if inside else torch.zeros(1, n, d)
+    assert_close(out[:1].cpu(), want, torch.float32, "embedded streams")
+    assert out[1:].isnan().all(), "rows past the one row were written"
+    own = load(hc_pre.source("site", site), hc_pre.parts_name("site"), device, "site")
+    hc_pre.launch_parts(own, site, x=out, fn=fn, part=want_part, parts=want_parts,
+                        block_n=site_block(d))
+    at, nn = hc_pre.gram(site)
+    used = at + hc_pre.site_programs(d) * nn
+    assert torch.equal(part[:used], want_part[:used]), "partials differ from the site's own"
+    assert torch.equal(parts, want_parts), "stream parts differ from the site's own"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("inside", [True, False])
+def test_gpu_one_row_writes_the_first_sites_parts(inside: bool) -> None:
+    # llama bench's width: a bf16 table, bf16 stream parts
+    check_site_parts(4096, inside, "cuda", torch.bfloat16)
+
+
+def test_a_site_needs_the_embeddings_streams() -> None:
+    site = hc_pre.HCPreSpec(4, 40, 1e-6, 1e-6, 20, 1e-6)
+    with pytest.raises(ValueError, match="4 x 40 streams"):
+        EmbeddingSpec(d=40, streams=2, to_streams=True, site=site)
+    with pytest.raises(ValueError, match="4 x 40 streams"):
+        EmbeddingSpec(d=40, streams=4, to_streams=False, site=site)
 
 
 def test_ids_outside_table_read_nothing() -> None:

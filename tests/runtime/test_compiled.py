@@ -80,7 +80,8 @@ def test_folded_and_plain_sites_match_the_reference(model, config):
         assert folded and all(k.finishes for k in comp.plan.kernels if k.finishes)
         with overrides(fold_sites=False):
             plain = _plan(model, config).plan
-        assert comp.plan.launches(1) == plain.launches(1) - len(folded)
+        embedded = sum(k.emitter == "hc_pre" and k.carried_rows > 0 for k in comp.plan.kernels)
+        assert comp.plan.launches(1) == plain.launches(1) - len(folded) - embedded
         assert comp.plan.launches(65) == plain.launches(65)
     with overrides(fold_sites=False):  # the default folds: the plain form is checked here
         match_the_reference(model, config, VARIANT_STEPS)
@@ -100,15 +101,22 @@ def test_formed_sites(model, config):
         assert gemv.node.args[0] == site.node.outs[0] and gemv.emitter == "matmul"
         if site.folded:
             assert before.finishes == site and "partials" in before.line()
-        else:  # a site of its own writes the parts at one row: still one launch
-            assert "writes its parts" in site.line() and site.launches_at(1) == 1
+        else:  # a site of its own: the embedding's launch writes its parts at one row
+            assert before.carries == site and site.carried_rows == 1
+            assert "runs" in before.line() and site.launches_at(1) == 0
     assert not kernels[formed[0]].folded  # the first site (after the embedding)
     if model == "llama":  # every site of llama is formed
         assert len(formed) == sum(k.emitter == "hc_pre" for k in kernels)
+    with overrides(embed_site=False):  # the site's own parts kernel at one row
+        own = _plan(model, config).plan.kernels
+        site = own[formed[0]]
+        assert "writes its parts" in site.line() and site.launches_at(1) == 1
+        assert not site.carried_rows and not own[formed[0] - 1].carries
+        match_the_reference(model, config, VARIANT_STEPS)
     with overrides(form_sites=False):
         plain = _plan(model, config).plan
         assert not any(k.formed or k.forms for k in plain.kernels)
-        assert plain.launches(1) == comp.plan.launches(1)
+        assert plain.launches(1) == comp.plan.launches(1) + 1  # the embedded first site
         # the default forms: the finishing fold is checked here
         match_the_reference(model, config, VARIANT_STEPS)
     if model == "llama":
@@ -259,8 +267,8 @@ def test_kda_output_norm_is_g_b_s_epilogue():
 
 
 def test_plan_counts_hc_pre_launches():
-    # one row: the one launch (or none, folded); then projection + finish; above HC_WIDE_ROWS
-    # projection + gates + apply
+    # one row: the one launch (or none: folded, or its parts written by the embedding); then
+    # projection + finish; above HC_WIDE_ROWS projection + gates + apply
     wide = kernel_plan.HC_WIDE_ROWS
     sites = [k for k in _plan("llama", "tiny-hc").plan.kernels if k.emitter == "hc_pre"]
     assert sites
@@ -268,7 +276,7 @@ def test_plan_counts_hc_pre_launches():
         if wide >= 2:  # a GPU's rule; the interpreter takes gates + apply from two rows
             assert k.launches_at(2) == k.launches_at(wide) == 2
         assert k.launches_at(wide + 1) == k.launches_at(wide + 64) == 3
-        assert k.launches_at(1) == (0 if k.folded else 1)
+        assert k.launches_at(1) == (0 if k.folded or k.carried_rows else 1)
 
 
 @pytest.mark.parametrize("model, config", [("llama", "tiny-hc"), ("glm5next", "tiny")])

@@ -532,18 +532,27 @@ def launch_parts(kernel, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor,
     parts of x[0] into part (from scratch(spec, ...)) and parts ([2n, D], w's dtype), over
     site_programs(d) programs of block_n columns, as the GEMV after the site sums them."""
     require_shape("hc_pre x", x, (spec.n, spec.d), 1)
-    require_shape("hc_pre fn", fn, ((2 + spec.n) * spec.n, spec.n * spec.d))
     require(x.dtype == torch.float32, lambda: f"hc_pre x: float32, got {x.dtype}")
+    check_parts(spec, fn, part, parts)
+    require(site_programs(spec.d) * block_n >= spec.d,
+            lambda: f"hc_pre parts: {site_programs(spec.d)} programs of {block_n} columns "
+                    f"do not cover {spec.d}")
+    kernel[(site_programs(spec.d),)](x, fn, part, parts, x.stride(1), fn.stride(0),
+                                     BLOCK_N=block_n, num_warps=FUSED_WARPS)
+
+
+def check_parts(spec: HCPreSpec, fn: torch.Tensor, part: torch.Tensor,
+                parts: torch.Tensor) -> None:
+    """A one-row site's parts kernel's operands: fn, the partials (with its Gram rows) and the
+    stream parts [2n, D], each named with the shape it needs."""
+    require_shape("hc_pre fn", fn, ((2 + spec.n) * spec.n, spec.n * spec.d))
     at, nn = gram(spec)
     programs = site_programs(spec.d)
     require(part.numel() >= at + programs * nn,
             lambda: f"hc_pre partials: >= {at + programs * nn} floats, got {part.numel()}")
-    require(tuple(parts.shape) == (2 * spec.n, spec.d) and parts.is_contiguous()
-            and programs * block_n >= spec.d,
-            lambda: f"hc_pre parts: contiguous [{2 * spec.n}, {spec.d}] over {programs} "
-                    f"programs of {block_n} columns, got {tuple(parts.shape)}")
-    kernel[(programs,)](x, fn, part, parts, x.stride(1), fn.stride(0), BLOCK_N=block_n,
-                        num_warps=FUSED_WARPS)
+    require(tuple(parts.shape) == (2 * spec.n, spec.d) and parts.is_contiguous(),
+            lambda: f"hc_pre parts: contiguous [{2 * spec.n}, {spec.d}], got "
+                    f"{tuple(parts.shape)}")
 
 
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
