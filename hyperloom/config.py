@@ -43,8 +43,9 @@ class Config:
                 "site's partials and stream parts (the site launches nothing there)"})
     head_mean: bool = field(default=True, metadata={
         "help": "a step whose hc_post epilogue runs in its GEMM (at most 64 rows) has the last "
-                "layer's GEMM store the new streams' mean too, and the LM head norms that mean "
-                "in its own K loop: no stream-mean norm kernel (one launch fewer at decode)"})
+                "layer's GEMM store the new streams' mean too; up to 16 rows the LM head norms "
+                "that mean in its own K loop: no stream-mean norm kernel (one launch fewer at "
+                "decode)"})
     site_lo_parts: bool = field(default=True, metadata={
         "help": "a formed site's GEMV takes each stream's lo part (what rounding it to the "
                 "weights' dtype left) as A rows beside its hi part: y to about 2^-16; off: "

@@ -32,6 +32,10 @@ INTERPRETER = "interpreter"
 NARROW_ROWS = 1  # a step of at most this many rows (decode of one sequence) is narrow
 APART_ROWS = 64  # a wider step runs a GEMM's hc_post epilogue as a kernel of its own
 GEMV_ROWS = 16  # the most rows a GEMM takes its GEMV tiling for
+# up to this many rows the LM head norms the stream mean its GEMM before stored (CONFIG.head_
+# mean): the GEMV tiling, where sum(x^2) is one more MMA a K step; wider steps keep the norm
+# kernel, whose tiled GEMM is measured
+MEAN_ROWS = GEMV_ROWS
 # above this many rows hc_pre's finish is gates + apply (emitters.hc_pre); on Triton's
 # interpreter, whose cost is its programs' ops, from two rows: a finish program runs a row's
 # whole Sinkhorn, a gates program 16 rows' at once (GLM tiny's 16-row prefill: 61 -> 45 s)
@@ -104,7 +108,8 @@ class KernelEntry:
     carried_rows: int = 0
     # CONFIG.head_mean: a GEMM with the hc_post epilogue that also stores its new streams'
     # mean in steps of at most APART_ROWS rows (`means`: the stream-mean norm GEMM right after
-    # it, the LM head), and that GEMM (`meaned`), which norms the mean in its K loop there
+    # it, the LM head), and that GEMM (`meaned`), which norms the mean in its K loop in steps
+    # of at most MEAN_ROWS rows
     means: KernelEntry | None = None
     meaned: bool = False
 
@@ -126,7 +131,7 @@ class KernelEntry:
         if self.means:
             also += f"; writes {self.means.name}'s stream mean up to {APART_ROWS} rows"
         if self.meaned:
-            also += f"; reads its stream mean up to {APART_ROWS} rows"
+            also += f"; reads its stream mean up to {MEAN_ROWS} rows"
         if self.carries:
             most = self.carries.carried_rows
             also += f"; runs {self.carries.name}" + (
@@ -278,14 +283,14 @@ def _embeds(before: KernelEntry | None, site: KernelEntry) -> bool:
 def _mean_heads(kernels: list[KernelEntry], types: dict) -> list[KernelEntry]:
     """Pair each GEMM with the hc_post epilogue with the stream-mean norm GEMM right after it
     that reads its new streams (the LM head after hc_head_mean): in steps of at most
-    APART_ROWS rows the first stores the streams' mean beside them, and the second norms that
-    mean in its K loop, with no norm kernel (`means`, `meaned`)."""
+    APART_ROWS rows the first stores the streams' mean beside them, and up to MEAN_ROWS the
+    second norms that mean in its K loop, with no norm kernel (`means`, `meaned`)."""
     out = list(kernels)
     for i, (k, nxt) in enumerate(zip(kernels, kernels[1:])):
         if k.emitter == "matmul" and k.node.op is Op.LINEAR_HC_POST and nxt.emitter == "matmul" \
                 and nxt.node.args[0] == k.node.outs[0] and _stream_mean_norm(nxt.node, types):
             out[i + 1] = dataclasses.replace(nxt, meaned=True,
-                                             counts=((APART_ROWS, 1),) + nxt.counts)
+                                             counts=((MEAN_ROWS, 1),) + nxt.counts)
             out[i] = dataclasses.replace(out[i], means=out[i + 1])
     return out
 

@@ -125,8 +125,8 @@ def test_formed_sites(model, config):
 
 
 def test_the_last_gemm_stores_the_stream_mean_for_the_lm_head():
-    # head_mean: up to APART_ROWS rows the hc_post GEMM before the LM head stores the streams'
-    # mean and the head norms it in its K loop, one launch fewer; wider steps are unchanged
+    # head_mean: the hc_post GEMM before the LM head stores the streams' mean and up to
+    # MEAN_ROWS rows the head norms it in its K loop, one launch fewer; wider steps unchanged
     # (GLM-5.3's stream mean is a value of its own, read by the MTP layer too: not paired)
     model, config = "llama", "tiny-hc"
     plan = _plan(model, config).plan
@@ -136,12 +136,13 @@ def test_the_last_gemm_stores_the_stream_mean_for_the_lm_head():
     assert down.means == lm and lm.node.args[0] == down.node.outs[0]
     assert "stream mean" in down.line() and "stream mean" in lm.line()
     assert sum(k.meaned for k in kernels) == 1 and sum(bool(k.means) for k in kernels) == 1
-    assert lm.launches_at(kernel_plan.APART_ROWS) == 1 and lm.launches_at(65) == 2
+    mean_rows = kernel_plan.MEAN_ROWS
+    assert lm.launches_at(mean_rows) == 1 and lm.launches_at(mean_rows + 1) == 2
     with overrides(head_mean=False):
         plain = _plan(model, config).plan
         assert not any(k.means or k.meaned for k in plain.kernels)
-        for rows in (1, kernel_plan.APART_ROWS, 65):
-            assert plain.launches(rows) == plan.launches(rows) + (rows <= kernel_plan.APART_ROWS)
+        for rows in (1, mean_rows, mean_rows + 1, 65):
+            assert plain.launches(rows) == plan.launches(rows) + (rows <= mean_rows)
         # the default stores the mean: the head's norm kernel is checked here
         match_the_reference(model, config, VARIANT_STEPS)
 

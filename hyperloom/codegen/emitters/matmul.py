@@ -67,7 +67,7 @@ from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (
 from hyperloom.codegen.emitters.text import indented, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require, require_shape
-from hyperloom.passes.kernel_plan import APART_ROWS, folds
+from hyperloom.passes.kernel_plan import APART_ROWS, MEAN_ROWS, folds
 
 SPLIT_ROWS = APART_ROWS  # hc_post epilogue: wider steps run the GEMM and hc_post apart
 
@@ -572,14 +572,14 @@ def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: 
     (A_log [heads]). spec.addend: addend [>= rows, N]. gated_norm: normed [>= rows, N] and
     nw. spec.site_in: `site_in` holds the site's operands, and a one-row step forms y.
     spec.mean_out: mean [>= rows, N] takes the new streams' mean (up to SPLIT_ROWS rows).
-    spec.mean_in: with mean given (what the GEMM before stored), a step of up to SPLIT_ROWS
+    spec.mean_in: with mean given (what the GEMM before stored), a step of up to MEAN_ROWS
     rows runs the rmsnorm GEMM on it, in place of the norm kernel and h."""
     check_operands(spec, rows, x=x, w=w, out=out, stream=stream, post=post, comb=comb, h=h,
                    gate=gate, nw=nw, dt=dt, alog=alog, addend=addend, normed=normed)
     require(len(kernels) == len(kernel_names("", spec)), "one loaded kernel per kernel_names")
     if rows <= 0:
         return
-    if spec.mean_in and mean is not None and rows <= SPLIT_ROWS:
+    if spec.mean_in and mean is not None and rows <= MEAN_ROWS:
         require_shape("matmul stream mean", mean, (spec.k,), rows)
         launch_gemm(kernels[2], mean_spec(spec), x=mean, w=w, out=out, rows=rows)
         return

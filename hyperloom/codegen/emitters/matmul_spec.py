@@ -40,7 +40,7 @@ class MatmulSpec:
     # hc_post with the epilogue in the GEMM (at most SPLIT_ROWS rows): also store the new
     # streams' mean [rows, N], in mean's dtype, for the stream-mean norm GEMM after it
     mean_out: bool = False
-    # mean_rmsnorm: up to SPLIT_ROWS rows, the rmsnorm GEMM on that stored mean replaces the
+    # mean_rmsnorm: up to MEAN_ROWS rows, the rmsnorm GEMM on that stored mean replaces the
     # norm kernel and the GEMM on its h (`emitters.matmul`'s `{name}_mean` kernel)
     mean_in: bool = False
 
