@@ -50,12 +50,9 @@ def _block_d(d: int) -> int:
 
 def _parts_source(name: str, spec: EmbeddingSpec) -> str:
     body = ["pid_n = tl.program_id(0)", "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-            f"n_ok = rn < {spec.d}", "tok = tl.load(ids_ptr)", "ok = (tok >= 0) & (tok < vocab)",
-            "tok = tl.where(ok, tok, 0).to(tl.int64)",
-            "e = tl.load(table_ptr + tok * table_stride + rn, mask=n_ok & ok, other=0.0)",
-            "e = e.to(out_ptr.dtype.element_ty)",
-            f"for i in tl.static_range({spec.streams}):",
-            "    tl.store(out_ptr + i * sx_stream + rn, e, mask=n_ok)",
+            f"n_ok = rn < {spec.d}",
+            "_streams(ids_ptr, table_ptr, out_ptr + rn, vocab, table_stride, sx_stream, rn, "
+            f"n_ok, {spec.streams})",
             "tl.debug_barrier()  # this program's stream columns are stored"]
     body += hc_pre.parts_lines(spec.site, "out_ptr", "sx_stream", CONFIG.site_lo_parts)
     return f'''
@@ -76,20 +73,29 @@ import triton.language as tl
 
 
 @triton.jit
+def _streams(id_ptr, table_ptr, out_at, vocab, table_stride, s_stream, cols, cmask,
+             N: tl.constexpr):
+    """The table row of the id at id_ptr, columns cols (cmask), into N streams at out_at + i *
+    s_stream + cols, in out's dtype (a zero row for an id outside the table)."""
+    tok = tl.load(id_ptr)
+    ok = (tok >= 0) & (tok < vocab)
+    # clamp as well as mask, so not even the address of an invalid row is formed
+    tok = tl.where(ok, tok, 0).to(tl.int64)
+    vals = tl.load(table_ptr + tok * table_stride + cols, mask=cmask & ok, other=0.0)
+    vals = vals.to(out_at.dtype.element_ty)
+    for i in tl.static_range(N):
+        tl.store(out_at + i * s_stream, vals, mask=cmask)
+
+
+@triton.jit
 def {name}(ids_ptr, table_ptr, out_ptr, vocab, table_stride, out_stride_row, out_stride_stream,
         D: tl.constexpr = {spec.d}, N: tl.constexpr = {n},
         BLOCK_D: tl.constexpr = {_block_d(spec.d)}):
 {pdl("    ")}    row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    tok = tl.load(ids_ptr + row)
-    ok = (tok >= 0) & (tok < vocab)
-    # clamp as well as mask, so not even the address of an invalid row is formed
-    tok = tl.where(ok, tok, 0).to(tl.int64)
-    vals = tl.load(table_ptr + tok * table_stride + cols, mask=(cols < D) & ok, other=0.0)
-    vals = vals.to(out_ptr.dtype.element_ty)
     base = out_ptr + row.to(tl.int64) * out_stride_row + cols
-    for i in tl.static_range(N):
-        tl.store(base + i * out_stride_stream, vals, mask=cols < D)
+    _streams(ids_ptr + row, table_ptr, base, vocab, table_stride, out_stride_stream, cols,
+             cols < D, N)
 {parts}'''
 
 

@@ -9,21 +9,30 @@ import triton.language as tl
 
 
 @triton.jit
+def _streams(id_ptr, table_ptr, out_at, vocab, table_stride, s_stream, cols, cmask,
+             N: tl.constexpr):
+    """The table row of the id at id_ptr, columns cols (cmask), into N streams at out_at + i *
+    s_stream + cols, in out's dtype (a zero row for an id outside the table)."""
+    tok = tl.load(id_ptr)
+    ok = (tok >= 0) & (tok < vocab)
+    # clamp as well as mask, so not even the address of an invalid row is formed
+    tok = tl.where(ok, tok, 0).to(tl.int64)
+    vals = tl.load(table_ptr + tok * table_stride + cols, mask=cmask & ok, other=0.0)
+    vals = vals.to(out_at.dtype.element_ty)
+    for i in tl.static_range(N):
+        tl.store(out_at + i * s_stream, vals, mask=cmask)
+
+
+@triton.jit
 def k00_embed_streams_embed(ids_ptr, table_ptr, out_ptr, vocab, table_stride, out_stride_row, out_stride_stream,
         D: tl.constexpr = 64, N: tl.constexpr = 4,
         BLOCK_D: tl.constexpr = 64):
     tl.extra.cuda.gdc_wait()  # the previous grid's writes are visible
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    tok = tl.load(ids_ptr + row)
-    ok = (tok >= 0) & (tok < vocab)
-    # clamp as well as mask, so not even the address of an invalid row is formed
-    tok = tl.where(ok, tok, 0).to(tl.int64)
-    vals = tl.load(table_ptr + tok * table_stride + cols, mask=(cols < D) & ok, other=0.0)
-    vals = vals.to(out_ptr.dtype.element_ty)
     base = out_ptr + row.to(tl.int64) * out_stride_row + cols
-    for i in tl.static_range(N):
-        tl.store(base + i * out_stride_stream, vals, mask=cols < D)
+    _streams(ids_ptr + row, table_ptr, base, vocab, table_stride, out_stride_stream, cols,
+             cols < D, N)
 
 
 @triton.jit
@@ -34,13 +43,7 @@ def k00_embed_streams_embed_parts(ids_ptr, table_ptr, out_ptr, fn_ptr, part_ptr,
     pid_n = tl.program_id(0)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = rn < 64
-    tok = tl.load(ids_ptr)
-    ok = (tok >= 0) & (tok < vocab)
-    tok = tl.where(ok, tok, 0).to(tl.int64)
-    e = tl.load(table_ptr + tok * table_stride + rn, mask=n_ok & ok, other=0.0)
-    e = e.to(out_ptr.dtype.element_ty)
-    for i in tl.static_range(4):
-        tl.store(out_ptr + i * sx_stream + rn, e, mask=n_ok)
+    _streams(ids_ptr, table_ptr, out_ptr + rn, vocab, table_stride, sx_stream, rn, n_ok, 4)
     tl.debug_barrier()  # this program's stream columns are stored
     jj = tl.arange(0, 32)
     pj = tl.zeros((32,), tl.float32)
