@@ -40,7 +40,7 @@ spec, ...)` runs them in that order. out = epilogue(prologue(x) @ w.T), accumula
   the new streams: partials of X' @ fn^T per program, then `hc_pre`'s row finish in the last
   program by ticket (`finishes_site`). With spec.site_parts it writes the partials with the
   streams' sum(x^2) in column J and the streams' hi/lo parts (`Site.parts`) instead, and the
-  GEMV after the site forms y (spec.site_in: `_form_gates`, `_form_loads`, `_form_result`).
+  GEMV after the site forms y (spec.site_in: `matmul_sites`'s form_gates, form_loads, form_result).
 
 Tensors may be row-strided views (only the last dim must be contiguous); w is contiguous [N, K].
 Two GEMM paths, picked in `launch` by rows: rows <= 16 take a GEMV-style tiling (one row block
@@ -52,7 +52,6 @@ upcasts every tl.dot operand to fp32 (the interpreter mis-computes bf16 dots).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 
@@ -63,11 +62,14 @@ from hyperloom.codegen.emitters.matmul_epilogues import epilogue, hc_post_helper
 from hyperloom.codegen.emitters.matmul_spec import (  # noqa: F401 (API: the spec and its vocabularies)
     EPILOGUES, NORM_KERNEL, PROLOGUES, MatmulSpec)
 from hyperloom.codegen.emitters.gemv import site_block, site_programs  # noqa: F401 (API)
+from hyperloom.codegen.emitters.matmul_sites import (  # noqa: F401 (API: Site, SiteIn, ...)
+    Site, SiteIn, bind_form, bind_site, finishes_site, form_gates, form_loads, form_result,
+    form_rows, site_parts)
 from hyperloom.codegen.emitters.matmul_tiles import Tiles, tiles  # noqa: F401 (API)
 from hyperloom.codegen.emitters.text import indented, pdl, wrap
 from hyperloom.config import CONFIG
 from hyperloom.errors import require, require_shape
-from hyperloom.passes.kernel_plan import APART_ROWS, MEAN_ROWS, folds
+from hyperloom.passes.kernel_plan import APART_ROWS, MEAN_ROWS
 
 SPLIT_ROWS = APART_ROWS  # hc_post epilogue: wider steps run the GEMM and hc_post apart
 
@@ -164,7 +166,7 @@ def _signature(name: str, spec: MatmulSpec) -> list[str]:
 
 def _setup(spec: MatmulSpec) -> list[str]:
     """Grouped program order (row blocks of GROUP_M share weight column blocks in L2)."""
-    # a step that forms spec.site_in's y runs one program more, first (`_form_gates`)
+    # a step that forms spec.site_in's y runs one program more, first (`form_gates`)
     return [
         "pid = tl.program_id(0) - FORM" if spec.site_in else "pid = tl.program_id(0)",
         "num_m = tl.cdiv(rows, BLOCK_M)",
@@ -208,7 +210,7 @@ def _loop(spec: MatmulSpec) -> list[str]:
               for i, (_, off) in enumerate(accs)]
     body = _register_body(spec)
     if spec.site_in:  # the A rows: the streams' hi parts, then their lo parts
-        form = [f"a = tl.load(x_rows + kk[None, :], mask=(rm < {_form_rows(spec)})[:, None] "
+        form = [f"a = tl.load(x_rows + kk[None, :], mask=(rm < {form_rows(spec)})[:, None] "
                 "& k_ok[None, :], other=0.0)"]
         body = ["if FORM:"] + indented(form) + ["else:"] + indented(body[:1]) + body[1:]
     if spec.prologue == "rmsnorm":
@@ -284,65 +286,11 @@ def _norm_kernel(name: str, spec: MatmulSpec) -> list[str]:
         + indented(body)
 
 
-def _form_gates(spec: MatmulSpec) -> list[str]:
-    """The extra first program of a step that forms spec.site_in: the site's post and comb
-    (nothing else reads them before the GEMM two launches on)."""
-    args = ["part_ptr", str(site_programs(spec.site_in.d)), "base_ptr", "scale_ptr", "spost_ptr",
-            "scomb_ptr", "s_comb_i"] + hc_pre.gates_args(spec.site_in)
-    call = wrap("            _site_gates(", args, ")", 24).splitlines()  # (indented once more)
-    return ["if FORM:", "    if tl.program_id(0) == 0:", *(line[4:] for line in call),
-            "        return"]
-
-
-def _form_rows(spec: MatmulSpec) -> int:
-    """A rows of a forming GEMV: each stream's hi part, then (CONFIG.site_lo_parts) its lo."""
-    return spec.site_in.n * (2 if CONFIG.site_lo_parts else 1)
-
-
-def _form_loads(spec: MatmulSpec) -> list[str]:
-    """The site's partials a forming program needs (its n pre logits and the streams' Gram,
-    whose trace is sum(x^2), from every program of the GEMV before), loaded ahead of the K
-    loop so they arrive under it."""
-    n, jp = spec.site_in.n, hc_pre.projections(spec.site_in)[1]
-    splits = site_programs(spec.site_in.d)
-    gram, nn = hc_pre.gram(spec.site_in)
-    return ["if FORM:", f"    sp = tl.arange(0, {next_power_of_2(splits)})",
-            f"    ip = tl.arange(0, {next_power_of_2(n)})", f"    q = tl.arange(0, {nn})",
-            f"    live = (sp < {splits})[:, None]",
-            f"    pm = tl.load(part_ptr + sp[:, None] * {jp} + ip[None, :],",
-            f"                 mask=live & (ip < {n})[None, :], other=0.0, cache_modifier=\".cg\")",
-            f"    pg = tl.load(part_ptr + {gram} + sp[:, None] * {nn} + q[None, :], mask=live,",
-            '                 other=0.0, cache_modifier=".cg")']
-
-
-def _form_result(spec: MatmulSpec) -> list[str]:
-    """y = sum_i pre[i] X_i by linearity: the A rows (hi and lo part of stream i: rows i and n
-    + i) weigh pre[i], and sum(y^2) = sum_ab pre[a] pre[b] G[a, b] from the streams' Gram G."""
-    site = spec.site_in
-    n, d = site.n, site.d
-    lines = [
-        "if FORM:",
-        "    g = tl.sum(pg, axis=0)",
-        f"    ss = tl.sum(tl.where(q % {n + 1} == 0, g, 0.0), axis=0)  # the trace: sum(x^2)",
-        f"    r = tl.rsqrt(ss / {n * d} + {site.norm_eps!r})",
-        "    pre = tl.sigmoid(tl.sum(pm, axis=0) * r * tl.load(scale_ptr)",
-        f"                     + tl.load(base_ptr + ip, mask=ip < {n}, other=0.0))"
-        f" + {site.hc_eps!r}",
-        f"    pick = ((rm % {n})[:, None] == ip[None, :]) & (rm < {_form_rows(spec)})[:, None]",
-        "    pa = tl.sum(tl.where(pick, pre[None, :], 0.0), axis=1)",
-        f"    qa = tl.sum(tl.where((q // {n})[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)",
-        f"    qb = tl.sum(tl.where((q % {n})[:, None] == ip[None, :], pre[None, :], 0.0), axis=1)",
-        "    yy = tl.sum(g * qa * qb, axis=0)",
-        f"    inv = tl.rsqrt(yy / {d} + {site.out_eps!r})"]
-    return lines + [f"    {acc} = tl.broadcast_to(tl.sum({acc} * pa[:, None], axis=0)[None, :] "
-                    f"* inv, [BLOCK_M, BLOCK_N])" for acc, _ in _weights(spec)]
-
-
 def _gemm_kernel(name: str, spec: MatmulSpec) -> list[str]:
     wait = pdl("").splitlines()
     if spec.site_in:
-        body = _setup(spec) + wait + _form_gates(spec) + _form_loads(spec) + _loop(spec) \
-            + _form_result(spec) + epilogue(spec)
+        body = _setup(spec) + wait + form_gates(spec) + form_loads(spec) + _loop(spec) \
+            + form_result(spec, [acc for acc, _ in _weights(spec)]) + epilogue(spec)
     else:
         body = _setup(spec) + wait + _loop(spec) + epilogue(spec)
     return _signature(name, spec) + indented(body)
@@ -428,63 +376,6 @@ def launch_norm(kernel, spec: MatmulSpec, *, x: torch.Tensor, h: torch.Tensor, r
                     num_warps=warps)
 
 
-@dataclass(frozen=True)
-class Site:
-    """The operands of the hc_pre a site-feeding GEMM finishes (spec.site): its weights, its
-    outputs and its scratch (hc_pre.scratch: partials, zeroed ticket counters)."""
-
-    fn: torch.Tensor
-    base: torch.Tensor
-    scale: torch.Tensor
-    y: torch.Tensor
-    post: torch.Tensor
-    comb: torch.Tensor
-    part: torch.Tensor
-    count: torch.Tensor
-    ow: torch.Tensor | None = None  # the site norm's weight (spec.site.out_weight)
-    parts: torch.Tensor | None = None  # spec.site_parts: the streams' parts (site_parts(...))
-
-    def bound(self) -> dict[str, object]:
-        return {"fn_ptr": self.fn, "base_ptr": self.base, "scale_ptr": self.scale,
-                "y_ptr": self.y, "spost_ptr": self.post, "scomb_ptr": self.comb,
-                "part_ptr": self.part, "count_ptr": self.count, "s_fn": self.fn.stride(0),
-                "s_y": self.y.stride(0), "s_post": self.post.stride(0),
-                "s_comb": self.comb.stride(0), "s_comb_i": self.comb.stride(1),
-                "ow_ptr": self.ow, "parts_ptr": self.parts}
-
-
-@dataclass(frozen=True)
-class SiteIn:
-    """The operands of the site whose y a GEMV forms (spec.site_in): the partials and stream
-    parts the GEMV before wrote (its Site's part and parts), the site's base and scale, and
-    its post and comb, which the forming step writes."""
-
-    part: torch.Tensor
-    parts: torch.Tensor
-    base: torch.Tensor
-    scale: torch.Tensor
-    post: torch.Tensor
-    comb: torch.Tensor
-
-    def bound(self) -> dict[str, object]:
-        return {"parts_ptr": self.parts, "part_ptr": self.part, "base_ptr": self.base,
-                "scale_ptr": self.scale, "spost_ptr": self.post, "scomb_ptr": self.comb,
-                "s_comb_i": self.comb.stride(1)}
-
-
-def site_parts(site: hc_pre.HCPreSpec, dtype: torch.dtype, device) -> torch.Tensor:
-    """The one-row buffer of a site's stream parts: rows 0..n-1 each stream's value in `dtype`
-    (the weights'), rows n..2n-1 what that rounding left. Allocate once, outside any captured
-    launch; every site of this shape shares it (each is read by the next launch only)."""
-    return torch.empty((2 * site.n, site.d), dtype=dtype, device=device)
-
-
-def finishes_site(spec: MatmulSpec, rows: int) -> bool:
-    """Whether a step of `rows` rows finishes spec.site in the GEMM (one row, the GEMV path
-    with the epilogue fused); the site's own hc_pre launch is then skipped."""
-    return spec.site is not None and folds(rows)
-
-
 def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
                 rows: int, stream: torch.Tensor | None = None, post: torch.Tensor | None = None,
                 comb: torch.Tensor | None = None, site: Site | None = None,
@@ -509,50 +400,12 @@ def launch_gemm(kernel, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, o
     grid = (cdiv(rows, t.block_m) * cdiv(spec.n_out, t.block_n),)
     extra = {}
     if spec.site:
-        require(site is not None, "a site-feeding GEMM needs its site's operands")
-        hc_pre.check_weight(spec.site, site.ow)
-        bound |= site.bound()
-        extra["SITE"] = finishes_site(spec, rows)
-        _, jp = hc_pre.projections(spec.site)
-        gram, nn = hc_pre.gram(spec.site)
-        need = gram + grid[0] * nn if spec.site_parts else grid[0] * jp
-        require(not extra["SITE"] or site.part.numel() >= need,
-                lambda: f"site partials: >= {need} floats, got {site.part.numel()}")
-        if spec.site_parts and extra["SITE"]:
-            _check_parts(spec.site, site.parts)
-            require(grid[0] == site_programs(spec.site.d),  # what the next GEMV sums
-                    lambda: f"site partials: {grid[0]} programs, the GEMV after the site sums "
-                            f"{site_programs(spec.site.d)}")
+        bind_site(spec, rows, grid, bound, extra, site)
     if spec.site_in:
-        grid = _form(spec, rows, grid, bound, extra, site_in)
+        grid = bind_form(spec, rows, grid, bound, extra, site_in)
     kernel[grid](*(bound[p] for p in _params(spec)), BLOCK_M=t.block_m, BLOCK_N=t.block_n,
                  BLOCK_K=t.block_k, GROUP_M=t.group_m, GEMV=t.gemv,
                  num_warps=t.num_warps, num_stages=t.num_stages, **extra)
-
-
-def _check_parts(site: hc_pre.HCPreSpec, parts: torch.Tensor | None) -> None:
-    require(parts is not None and tuple(parts.shape) == (2 * site.n, site.d)
-            and parts.is_contiguous(),
-            lambda: f"site stream parts: contiguous [{2 * site.n}, {site.d}] (site_parts), got "
-                    f"{None if parts is None else tuple(parts.shape)}")
-
-
-def _form(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra: dict,
-          site_in: SiteIn | None) -> tuple[int]:
-    """Bind spec.site_in's operands; a one-row step forms y from the stream parts (they take
-    x's place) and runs one program more."""
-    require(site_in is not None, "a GEMV that forms a site's y needs the site's operands")
-    bound |= site_in.bound()
-    extra["FORM"] = int(folds(rows))
-    if not extra["FORM"]:
-        return grid
-    _check_parts(spec.site_in, site_in.parts)
-    gram, nn = hc_pre.gram(spec.site_in)
-    need = gram + site_programs(spec.site_in.d) * nn
-    require(site_in.part.numel() >= need,
-            lambda: f"site partials: >= {need} floats, got {site_in.part.numel()}")
-    bound |= {"x_ptr": site_in.parts, "sx_t": site_in.parts.stride(0)}
-    return (grid[0] + 1,)
 
 
 def launch(kernels, spec: MatmulSpec, *, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
