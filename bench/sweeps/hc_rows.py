@@ -34,6 +34,8 @@ import common  # noqa: E402
 LAUNCHES = 20  # steps a graph
 WIDE_ROWS = 512  # the GPU's hc_pre.WIDE_ROWS (the interpreter's is 1: it takes the wide form)
 SKIP = "skip finish"  # a variant's key: launch the projection alone (no finish, apply, gates)
+GATES = "gates alone"  # a variant's key: time the wide form's gates launch alone (after one
+# whole step has filled the scratch it reads)
 # name: the hc_pre module constants it patches (and the Sinkhorn rounds, None: the spec's)
 VARIANTS = {
     "committed": ({}, None),
@@ -76,6 +78,15 @@ WIDE = {
                                                          "PROJ_ROWS": 32, "PROJ_STAGES": 4},
 }
 VARIANTS |= {k: (v | {SKIP: True}, None) for k, v in WIDE.items()}
+# the wide form's gates launch alone (post and comb: a program's RB rows, each Sinkhorn cell an
+# [RB] vector), in tilings of rows, warps and splits summed at once (4096 rows: 4 splits) a
+# program
+GATE_TILES = {f"wide gates, {rb} rows, {w} warps, {sg} splits":
+              {"GATE_ROWS": rb, "GATE_WARPS": w, "GATE_SPLITS": sg}
+              for rb, w, sg in ((16, 2, 16), (16, 2, 4), (16, 1, 4), (8, 1, 4), (32, 1, 4),
+                                (32, 2, 4), (64, 2, 4), (64, 4, 4))}
+VARIANTS |= {k: (v | {"WIDE_ROWS": 1, GATES: True}, None) for k, v in GATE_TILES.items()}
+WIDE |= GATE_TILES
 
 
 def operands(spec: hc_pre.HCPreSpec, rows: int, dev, dtype, seed: int = 0) -> dict:
@@ -115,10 +126,10 @@ def _partials_err(spec: hc_pre.HCPreSpec, rows: int, o: dict, part: torch.Tensor
 
 def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, dtype) -> dict:
     spec = spec if iters is None else dataclasses.replace(spec, iters=iters)
-    skip = patch.get(SKIP, False)
+    skip, gates_alone = patch.get(SKIP, False), patch.get(GATES, False)
     with contextlib.ExitStack() as stack:
         for key, value in patch.items():
-            if key != SKIP:
+            if key not in (SKIP, GATES):
                 stack.enter_context(mock.patch.object(hc_pre, key, value))
         src = hc_pre.source("sweep_hc", spec, header=f"sweep {patch} {iters}")
         kernels = tuple(load(src, k, dev) for k in hc_pre.kernel_names("sweep_hc"))
@@ -131,6 +142,8 @@ def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, 
             hc_pre.launch(kernels, spec, **o, part=part, count=count, rows=rows, fused=False)
 
         issue()
+        if gates_alone:  # (one, proj, finish, gates, apply): the gates re-read the scratch
+            kernels = (kernels[0], _Skip(), kernels[2], kernels[3], _Skip())
         got = torch.cat([o["y"].flatten().double(), o["post"].flatten().double(),
                          o["comb"].flatten().double()])
         if hc_pre._GPU_DOT == _READ:  # the read alone computes no projection

@@ -176,12 +176,12 @@ def test_dsa_indexer_variants_are_checked(tmp_path) -> None:
 
 def test_hc_finish_forms_are_checked() -> None:
     """bench/sweeps/hc_rows.py on the CPU: both finish forms (4 rows: the streams form; 20: the
-    row form) and the wide form match `semantics.hc.hc_pre`; the projection alone, and the wide
-    projection in another tiling, match X_flat @ fn^T; X read alone is not checked (it
-    computes no projection)."""
+    row form) and the wide form (also with its gates in another tiling, then timed alone) match
+    `semantics.hc.hc_pre`; the projection alone, and the wide projection in another tiling,
+    match X_flat @ fn^T; X read alone is not checked (it computes no projection)."""
     names = ["committed", "row (16 warps, 16384 elements)", "wide (apply + gates)",
-             "projection alone", "wide projection, K 64, 6 stages",
-             "wide projection's X read alone"]
+             "wide gates, 64 rows, 4 warps, 4 splits", "projection alone",
+             "wide projection, K 64, 6 stages", "wide projection's X read alone"]
     got = _sweep("hc_rows").main(["--variants", ";".join(names)])
     assert len(got) == 2 * len(names), got
     for r in got:
