@@ -163,8 +163,10 @@ def test_wide_projection_runs_in_one_wave(rows: int) -> None:
 @pytest.mark.parametrize("row_tile", [256, 16384])  # 16384: the one launch's row is one tile
 def test_hc_pre_row_in_chunks(out: str, rows: int, row_tile: int, monkeypatch) -> None:
     """Rows of several finish or apply chunks (the bench widths are one or two), their 12
-    splits' partials summed in three rounds (the bench's take one)."""
+    splits' partials summed in three rounds by the finish and by the gates (the bench's take
+    one)."""
     monkeypatch.setattr(hc_pre_emitter, "ROW_TILE", row_tile)
+    monkeypatch.setattr(hc_pre_emitter, "GATE_SPLITS", 4)
     monkeypatch.setattr(hc_pre_emitter, "FEW_COLS", 128)
     monkeypatch.setattr(hc_pre_emitter, "FINISH_TILE", 256)
     monkeypatch.setattr(hc_pre_emitter, "SPLIT_BLOCK", 4)
