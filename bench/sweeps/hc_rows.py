@@ -82,7 +82,7 @@ VARIANTS |= {k: (v | {SKIP: True}, None) for k, v in WIDE.items()}
 # [RB] vector), in tilings of rows, warps and splits summed at once (4096 rows: 4 splits) a
 # program
 GATE_TILES = {f"wide gates, {rb} rows, {w} warps, {sg} splits":
-              {"GATE_ROWS": rb, "GATE_WARPS": w, "GATE_SPLITS": sg, "GATE_FIT": False}
+              {"GATE_ROWS": rb, "GATE_WARPS": w, "GATE_SPLITS": sg}
               for rb, w, sg in ((16, 2, 16), (16, 2, 4), (16, 1, 4), (8, 1, 4), (32, 1, 4),
                                 (32, 2, 4), (64, 2, 4), (64, 4, 4))}
 VARIANTS |= {k: (v | {"WIDE_ROWS": 1, GATES: True}, None) for k, v in GATE_TILES.items()}

@@ -65,9 +65,9 @@ ROW_TILE = 16384  # X elements of one row the one launch's finish loads at once
 FEW_ROWS = BLOCK_T
 FEW_COLS, FEW_WARPS = 4096, 4  # 32 registers a thread for a stream's columns, 32 for y's
 FINISH_TILE, FINISH_WARPS = 4096, 8
-GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once
-GATE_FIT = True  # sum at most as many splits at once as the step has (4096 rows: 4; sm_90 at
-# 16 rows and 2 warps: 48 registers a thread against 168 with 16 lanes, 12 of them masked)
+GATE_ROWS, GATE_SPLITS, GATE_WARPS = 16, 16, 2  # a gates program: rows, splits summed at once.
+# H100, 4096 rows (4 splits), the launch alone: 4.78 us; 16 lanes fitted to the 4 splits 5.17
+# (48 registers a thread, not 168); 8 rows at 1 warp 4.44; 32 or 64 rows 5.3 to 6.5 (hc_rows)
 APPLY_WARPS = 16  # one X row a program: 4.0 TB/s at 2048 rows
 FUSED_WARPS = 4  # decode's one launch on the H200: 9.25 us a site at 4 warps, 10.2 at 8, 11.3
 # at 16 (Sinkhorn's reductions cross fewer warps; it is 2.2 us of the 9.25)
@@ -595,5 +595,4 @@ def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base:
         finish[(rows,)](*args, num_warps=FINISH_WARPS)
         return
     apply[(rows,)](*args, num_warps=APPLY_WARPS)
-    sg = min(GATE_SPLITS, next_power_of_2(nsplit)) if GATE_FIT else GATE_SPLITS
-    gates[(cdiv(rows, GATE_ROWS),)](*args, SG=sg, num_warps=GATE_WARPS)
+    gates[(cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)
