@@ -230,3 +230,15 @@ def test_kda_state_layouts_are_checked(monkeypatch) -> None:
     monkeypatch.setitem(sweep.LAYOUT_PTR, "vdk", sweep.LAYOUT_PTR["kdv"])
     got = sweep.main(["vdk:8x1", "--batches", "2"])
     assert got[0]["err"] > 1e-2, got
+
+
+def test_attention_merge_in_o_is_checked(monkeypatch) -> None:
+    """bench/sweeps/attn_merge.py on the CPU: the o GEMV that merges the split partials itself
+    gives the committed pair's o (5 live splits of 16), and a merge that forgets the softmax
+    sums is caught before any timing."""
+    module = _sweep("attn_merge")
+    assert module.main([])["err"][0] < 1e-5
+    wrong = module.o_merged_source().replace("/ l_sum", "/ 1.0")
+    monkeypatch.setattr(module, "o_merged_source", lambda: wrong)
+    with pytest.raises(AssertionError, match="disagrees"):
+        module.main([])
