@@ -160,6 +160,15 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
             us = common.graph_us(lambda: [form(layer, i % COPIES) for i in range(STEPS)], STEPS)
             times.setdefault(name, []).append(us)
             print(f"{name:20s} {us:7.2f} us a layer (attention + o)", flush=True)
+    parts = {"attention with its merge": lambda i: layer.attend(layer.ticket, i),
+             "attention, partials only": lambda i: layer.attend(layer.parts_only, i),
+             "o alone (committed GEMV)": lambda i: matmul.launch(
+                 layer.gemv, layer.gemv_spec, x=layer.o, w=layer.ws[i], out=layer.out, rows=1),
+             "o alone, merging": layer.in_o}
+    for name, part in parts.items():  # each launch alone, for where the difference lies
+        us = common.graph_us(lambda: [part(i % COPIES) for i in range(STEPS)], STEPS)
+        times[name] = [us]
+        print(f"{name:26s} {us:7.2f} us", flush=True)
     for name in FORMS:
         print(f"{name:20s} median {statistics.median(times[name]):7.2f} us over {a.rounds}")
     return times
