@@ -105,12 +105,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     names = args.shapes.split(",") if args.shapes else list(SHAPES)
     cases = [Case(n, *(SHAPES[n][:2] if gpu else (64, 96)), SHAPES[n][2], dev, dtype, i)
              for i, n in enumerate(names)]
-    bw = measure_limits(dev).bandwidth if gpu else None
+    return sweep(args.variants, cases, sweep_one, args.rounds, dev)
+
+
+def sweep(variants: list[str], cases: list[Case], one, rounds: int | None, dev) -> list[dict]:
+    """one(variant, case, dev) for every variant on every case, `rounds` times in alternation
+    (2 on a GPU, 1 on a CPU), a line printed each with the share of the copy bandwidth."""
+    bw = measure_limits(dev).bandwidth if dev.type == "cuda" else None
     results = []
-    for _ in range(args.rounds or (2 if gpu else 1)):
-        for i, variant in enumerate(args.variants):
+    for _ in range(rounds or (2 if dev.type == "cuda" else 1)):
+        for i, variant in enumerate(variants):
             for case in cases:
-                r = sweep_one(variant, case, dev) | {"variant": variant, "shape": case.name}
+                r = one(variant, case, dev) | {"variant": variant, "shape": case.name}
                 timing = ""
                 if "us" in r:
                     r["fraction"] = case.bytes / (r["us"] * 1e-6) / bw

@@ -242,3 +242,16 @@ def test_attention_merge_in_o_is_checked(monkeypatch) -> None:
     monkeypatch.setattr(module, "o_merged_source", lambda: wrong)
     with pytest.raises(AssertionError, match="disagrees"):
         module.main([])
+
+
+def test_split_k_gemvs_are_checked(monkeypatch) -> None:
+    """bench/sweeps/gemv_splitk.py on the CPU: K split in 1 to 3 parts (the last program of a
+    column block sums them) matches torch like the committed GEMV; a sum that keeps only the
+    last split's part is caught by the check."""
+    module = _sweep("gemv_splitk")
+    got = module.main(["committed", "1,8", "2,8", "3,4", "--shapes", "llama o,llama down"])
+    assert len(got) == 8 and all(r["err"] < 1e-5 for r in got), got
+    wrong = module.source().replace("tl.sum(p, axis=0)", "y")
+    monkeypatch.setattr(module, "source", lambda: wrong)
+    got = module.main(["3,4", "--shapes", "llama o"])
+    assert got[0]["err"] > 1e-2, got
