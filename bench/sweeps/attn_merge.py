@@ -28,7 +28,7 @@ import torch
 from hyperloom.bench.scenarios import TOLERANCE, rel_err
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import attention, matmul
-from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
+from hyperloom.codegen.emitters.ints import next_power_of_2
 from hyperloom.codegen.emitters.text import pdl
 from hyperloom.config import CONFIG
 
@@ -47,6 +47,7 @@ def o_merged_source() -> str:
     return f'''import triton
 import triton.language as tl
 
+{attention._CHUNK}
 
 @triton.jit
 def o_merged(acc_ptr, ml_ptr, pos_ptr, w_ptr, out_ptr, splits, H: tl.constexpr,
@@ -57,8 +58,7 @@ def o_merged(acc_ptr, ml_ptr, pos_ptr, w_ptr, out_ptr, splits, H: tl.constexpr,
     d = tl.arange(0, HD)
     sp = tl.arange(0, SP)
     n_keys = tl.load(pos_ptr) + 1
-    chunk = tl.cdiv(tl.cdiv(tl.maximum(n_keys, 1), splits), CHUNK_N) * CHUNK_N
-    live = sp < tl.cdiv(n_keys, chunk)
+    live = sp < tl.cdiv(n_keys, _chunk(n_keys, splits, CHUNK_N))
     i = tl.arange(0, 16)
     acc = tl.zeros([16, BLOCK_N], tl.float32)  # row 0 live: tl.dot's smallest M
     for h in range(H):
@@ -96,8 +96,7 @@ class Layer:
         self.pos = torch.tensor([ctx - 1], device=dev)
         self.slot = torch.zeros(1, dtype=torch.int64, device=dev)
         self.part = attention.scratch(self.spec, 1, cap, dev)
-        # launch_split's split count at one row
-        self.splits = min(self.part[0].shape[2], max(1, cdiv(4 * attention.SMS, kv)))
+        self.splits = attention.launch_splits(self.part[0].shape[2], 1, kv)
         self.o = torch.empty((1, heads * hd), device=dev, dtype=dtype)
         self.out = torch.empty((1, heads * hd), device=dev, dtype=dtype)
         src = attention.source("am", self.spec)

@@ -498,6 +498,13 @@ def splits(capacity: int, max_splits: int = MAX_SPLITS) -> int:
     return max(1, min(max_splits, cdiv(capacity, SPLIT_N)))
 
 
+def launch_splits(most: int, rows: int, kv_heads: int) -> int:
+    """The split count of a decode launch whose scratch holds `most`: fewer when rows x kv heads
+    already fill the GPU (the partials stay packed per launch: the kernel indexes them by its
+    own split count)."""
+    return min(most, max(1, cdiv(4 * SMS, rows * kv_heads)))
+
+
 def capacity(spec: AttentionSpec, k_cache: torch.Tensor, v_cache: torch.Tensor,
              block_table: torch.Tensor | None = None) -> int:
     """Positions one slot can hold (block_table: as for launch)."""
@@ -538,9 +545,7 @@ def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tenso
             and tuple(count.shape) == (acc.shape[0], spec.kv_heads),
             lambda: f"attention scratch for {rows} rows: scratch(spec, >= {rows}, ...) "
                     "allocates it")
-    # fewer splits when rows x kv heads already fill the GPU (the partials stay packed per
-    # launch: the kernel indexes them by its own split count)
-    n = min(n, max(1, cdiv(4 * SMS, rows * spec.kv_heads)))
+    n = launch_splits(n, rows, spec.kv_heads)
     inv = inv_freq if spec.rope else pos  # never read without RoPE
     kernel[(rows, spec.kv_heads, n)](q, k, v, inv, k_cache, v_cache, pos, slot, o, acc, ml,
                                      count, q.stride(0), k.stride(0), v.stride(0), o.stride(0),

@@ -548,13 +548,24 @@ def check_parts(spec: HCPreSpec, fn: torch.Tensor, part: torch.Tensor,
     """A one-row site's parts kernel's operands: fn, the partials (with its Gram rows) and the
     stream parts [2n, D], each named with the shape it needs."""
     require_shape("hc_pre fn", fn, ((2 + spec.n) * spec.n, spec.n * spec.d))
+    check_partials(spec, part)
+    check_stream_parts(spec, parts)
+
+
+def check_partials(spec: HCPreSpec, part: torch.Tensor) -> None:
+    """A one-row site's partials: one row a site program, then its Gram rows."""
     at, nn = gram(spec)
-    programs = site_programs(spec.d)
-    require(part.numel() >= at + programs * nn,
-            lambda: f"hc_pre partials: >= {at + programs * nn} floats, got {part.numel()}")
-    require(tuple(parts.shape) == (2 * spec.n, spec.d) and parts.is_contiguous(),
-            lambda: f"hc_pre parts: contiguous [{2 * spec.n}, {spec.d}], got "
-                    f"{tuple(parts.shape)}")
+    need = at + site_programs(spec.d) * nn
+    require(part.numel() >= need,
+            lambda: f"site partials: >= {need} floats, got {part.numel()}")
+
+
+def check_stream_parts(spec: HCPreSpec, parts: torch.Tensor | None) -> None:
+    """A one-row site's stream parts: contiguous [2n, D] (matmul.site_parts)."""
+    require(parts is not None and tuple(parts.shape) == (2 * spec.n, spec.d)
+            and parts.is_contiguous(),
+            lambda: f"site stream parts: contiguous [{2 * spec.n}, {spec.d}] (site_parts), got "
+                    f"{None if parts is None else tuple(parts.shape)}")
 
 
 def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,

@@ -148,17 +148,10 @@ def bind_site(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra:
     require(not extra["SITE"] or site.part.numel() >= need,
             lambda: f"site partials: >= {need} floats, got {site.part.numel()}")
     if spec.site_parts and extra["SITE"]:
-        check_parts(spec.site, site.parts)
+        hc_pre.check_stream_parts(spec.site, site.parts)
         require(grid[0] == site_programs(spec.site.d),  # what the next GEMV sums
                 lambda: f"site partials: {grid[0]} programs, the GEMV after the site sums "
                         f"{site_programs(spec.site.d)}")
-
-
-def check_parts(site: hc_pre.HCPreSpec, parts: torch.Tensor | None) -> None:
-    require(parts is not None and tuple(parts.shape) == (2 * site.n, site.d)
-            and parts.is_contiguous(),
-            lambda: f"site stream parts: contiguous [{2 * site.n}, {site.d}] (site_parts), got "
-                    f"{None if parts is None else tuple(parts.shape)}")
 
 
 def bind_form(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra: dict,
@@ -170,10 +163,7 @@ def bind_form(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra:
     extra["FORM"] = int(folds(rows))
     if not extra["FORM"]:
         return grid
-    check_parts(spec.site_in, site_in.parts)
-    gram, nn = hc_pre.gram(spec.site_in)
-    need = gram + site_programs(spec.site_in.d) * nn
-    require(site_in.part.numel() >= need,
-            lambda: f"site partials: >= {need} floats, got {site_in.part.numel()}")
+    hc_pre.check_stream_parts(spec.site_in, site_in.parts)
+    hc_pre.check_partials(spec.site_in, site_in.part)
     bound |= {"x_ptr": site_in.parts, "sx_t": site_in.parts.stride(0)}
     return (grid[0] + 1,)
