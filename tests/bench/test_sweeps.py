@@ -231,27 +231,3 @@ def test_kda_state_layouts_are_checked(monkeypatch) -> None:
     got = sweep.main(["vdk:8x1", "--batches", "2"])
     assert got[0]["err"] > 1e-2, got
 
-
-def test_attention_merge_in_o_is_checked(monkeypatch) -> None:
-    """bench/sweeps/attn_merge.py on the CPU: the o GEMV that merges the split partials itself
-    gives the committed pair's o (5 live splits of 16), and a merge that forgets the softmax
-    sums is caught before any timing."""
-    module = _sweep("attn_merge")
-    assert module.main([])["err"][0] < 1e-5
-    wrong = module.o_merged_source().replace("/ l_sum", "/ 1.0")
-    monkeypatch.setattr(module, "o_merged_source", lambda: wrong)
-    with pytest.raises(AssertionError, match="disagrees"):
-        module.main([])
-
-
-def test_split_k_gemvs_are_checked(monkeypatch) -> None:
-    """bench/sweeps/gemv_splitk.py on the CPU: K split in 1 to 3 parts (the last program of a
-    column block sums them) matches torch like the committed GEMV; a sum that keeps only the
-    last split's part is caught by the check."""
-    module = _sweep("gemv_splitk")
-    got = module.main(["committed", "1,8", "2,8", "3,4", "--shapes", "llama o,llama down"])
-    assert len(got) == 8 and all(r["err"] < 1e-5 for r in got), got
-    wrong = module.source().replace("tl.sum(p, axis=0)", "y")
-    monkeypatch.setattr(module, "source", lambda: wrong)
-    got = module.main(["3,4", "--shapes", "llama o"])
-    assert got[0]["err"] > 1e-2, got
