@@ -2,9 +2,10 @@
 4's decode). The twenty-sixth session's first form (one grid, layers waiting on a counter, L2
 prefetches) lost 1.5 µs a boundary against a launch (BENCHMARKS). Here each program streams
 its weights through D tiles held in registers, a hand-made pipeline of loads issued D K steps
-ahead, and issues its first D tiles before it waits: before the PDL wait of its launch, or
-(one grid) before the counter of the layer before reaches its programs. Blocks dispatch in
-program order, so a program of the grid waits only on programs resident or done.
+ahead (the loop unrolled D times, so no register move waits on a load in flight), and issues
+its first D tiles before it waits: before the PDL wait of its launch, or (one grid) before the
+counter of the layer before reaches its programs. Blocks dispatch in program order, so a
+program of the grid waits only on programs resident or done.
 
 Variants, each a chain of LAYERS GEMVs x [1, K] -> [1, K] (llama o's shape), checked against
 torch in fp64 first, then timed as a CUDA graph over weight copies that none is in L2 when read:
@@ -39,7 +40,6 @@ import common  # noqa: E402
 
 LAYERS, BLOCK_N, BLOCK_K = 4, 32, 128
 REPS, L2_BYTES = 10, 60 << 20
-X_NEXT = 'tl.load(xp + k0, cache_modifier=".cg").to(tl.float32)'
 POLL = '''tl.inline_asm_elementwise("ld.acquire.gpu.global.u32 $0, [$1];", "=r,l",
                                          [cnt_ptr + l - 1], dtype=tl.int32, is_pure=False,
                                          pack=1)'''
@@ -48,11 +48,13 @@ POLL = '''tl.inline_asm_elementwise("ld.acquire.gpu.global.u32 $0, [$1];", "=r,l
 def source(depth: int, early: bool) -> str:
     """The kernel's text: `depth` weight tiles in flight; early: the first ones loaded before
     the PDL wait (a chain always loads them before its counter's wait)."""
-    tiles = [f"b{i}" for i in range(depth)]
-    xs = [f"a{i}" for i in range(depth)]
     first_w = "".join(f"    b{i} = tl.load(wp + {i} * BLOCK_K)\n" for i in range(depth))
     first_x = "".join(f"    a{i} = tl.load(xp + {i} * BLOCK_K, cache_modifier=\".cg\")"
                       ".to(tl.float32)\n" for i in range(depth))
+    step = "".join(f"        acc += b{i}.to(tl.float32) * a{i}[:, None]\n"
+                   f"        b{i} = tl.load(wp + k0 + {i} * BLOCK_K)\n"
+                   f"        a{i} = tl.load(xp + k0 + {i} * BLOCK_K, cache_modifier=\".cg\")"
+                   ".to(tl.float32)\n" for i in range(depth))
     drain = "".join(f"    acc += b{i}.to(tl.float32) * a{i}[:, None]\n" for i in range(depth))
     poll = "tl.load(cnt_ptr + l - 1, volatile=True)" if CONFIG.interpret else POLL
     wait = pdl("    ")
@@ -81,11 +83,8 @@ def gemv_chain(x_ptr, w_ptr, y_ptr, cnt_ptr, L0, K: tl.constexpr, NB: tl.constex
     if l > 0:
         xp = y_ptr + (l - 1) * K + rk
 {first_x}    acc = tl.zeros([BLOCK_K, BLOCK_N], tl.float32)
-    for k0 in range({depth} * BLOCK_K, K, BLOCK_K):
-        acc += b0.to(tl.float32) * a0[:, None]
-        {", ".join(tiles)} = {", ".join(tiles[1:] + ["tl.load(wp + k0)"])}
-        {", ".join(xs)} = {", ".join(xs[1:] + [X_NEXT])}
-{drain}    tl.store(y_ptr + l * K + rn, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty))
+    for k0 in range({depth} * BLOCK_K, K, {depth} * BLOCK_K):  # K: a multiple of D K steps
+{step}{drain}    tl.store(y_ptr + l * K + rn, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty))
     if CHAIN:
         tl.debug_barrier()  # every thread's stores are issued before the count
         ticket = tl.atomic_add(cnt_ptr + l, 1, sem="release")
