@@ -12,8 +12,11 @@ torch in fp64 first, then timed as a CUDA graph over weight copies that none is 
 - `committed`: `matmul.launch_gemm` a layer (its pipelined loads start after the PDL wait);
 - `after,D,W` / `before,D,W`: this kernel a layer per launch, its first D tiles loaded after
   or before the PDL wait, W warps;
-- `chain,D,W`: one launch for the chain, the first D tiles loaded before the counter's wait.
-On a CPU (the interpreter runs programs in order, so every wait is already met): checks only.
+- `chain,D,W`: one launch for the chain, the first D tiles loaded before the counter's wait;
+- `persist,D,W`: one launch of a program a column block, which runs every layer in turn and
+  loads the next layer's first D tiles as soon as its own store is counted.
+On a CPU (the interpreter runs programs in order, so every wait is already met): checks only,
+and `persist` not at all (its first program would wait for the others forever).
 
     PYTHONPATH=. python3 bench/sweeps/grid_chain.py committed after,8,4 before,8,4 \\
         before,8,8 chain,8,4 chain,8,8"""
@@ -94,6 +97,55 @@ def gemv_chain(x_ptr, w_ptr, y_ptr, cnt_ptr, L0, K: tl.constexpr, NB: tl.constex
 '''
 
 
+def persist_source(depth: int) -> str:
+    """One program a column block for every layer: after its store and count, a program loads
+    the next layer's first `depth` tiles (HBM idles while the layer's last programs finish),
+    then waits for the layer's count."""
+    ind = " " * 8
+    first_x = "".join(f"{ind}a{i} = tl.load(xp + {i} * BLOCK_K, cache_modifier=\".cg\")"
+                      ".to(tl.float32)\n" for i in range(depth))
+    step = "".join(f"{ind}    acc += b{i}.to(tl.float32) * a{i}[:, None]\n"
+                   f"{ind}    b{i} = tl.load(wl + k0 + {i} * BLOCK_K)\n"
+                   f"{ind}    a{i} = tl.load(xp + k0 + {i} * BLOCK_K, cache_modifier=\".cg\")"
+                   ".to(tl.float32)\n" for i in range(depth))
+    drain = "".join(f"{ind}acc += b{i}.to(tl.float32) * a{i}[:, None]\n" for i in range(depth))
+    first_w = "".join(f"    b{i} = tl.load(wp + {i} * BLOCK_K)\n" for i in range(depth))
+    next_w = "".join(f"{ind}b{i} = tl.load(wn + {i} * BLOCK_K, mask=more, other=0.0)\n"
+                     for i in range(depth))
+    poll = "tl.load(cnt_ptr + l - 1, volatile=True)" if CONFIG.interpret else POLL
+    return f'''import triton
+import triton.language as tl
+
+
+@triton.jit
+def gemv_persist(x_ptr, w_ptr, y_ptr, cnt_ptr, K: tl.constexpr, NB: tl.constexpr,
+                 LAYERS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Column block program_id of y[l] = y[l-1] . w[l]^T for every layer l in turn; layer l
+    waits for cnt[l-1] to count NB stores."""
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    wp = w_ptr + rn[None, :].to(tl.int64) * K + rk[:, None]
+{first_w}{pdl("    ")}    for l in range(LAYERS):
+        wl = wp + l * K * K
+        xp = x_ptr + rk
+        if l > 0:
+            seen = {poll}
+            while seen < NB:
+                seen = {poll}
+            xp = y_ptr + (l - 1) * K + rk
+{first_x}        acc = tl.zeros([BLOCK_K, BLOCK_N], tl.float32)
+        for k0 in range({depth} * BLOCK_K, K, {depth} * BLOCK_K):
+{step}{drain}        tl.store(y_ptr + l * K + rn, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty))
+        tl.debug_barrier()  # every thread's stores are issued before the count
+        ticket = tl.atomic_add(cnt_ptr + l, 1, sem="release")
+        more = l + 1 < LAYERS
+        wn = wp + (l + 1) * K * K
+{next_w}        if (l == LAYERS - 1) & (ticket == NB - 1):  # done: counts back to 0
+            j = tl.arange(0, LAYERS)
+            tl.store(cnt_ptr + j, tl.zeros([LAYERS], tl.int32))
+'''
+
+
 class Chain:
     """x [1, K], `copies` weight stacks [LAYERS, K, K], the outputs y [LAYERS, K], the
     reference (fp64)."""
@@ -123,6 +175,11 @@ class Chain:
         for layer in range(LAYERS):
             kernel[(self.nb,)](self.x, self.w[copy], self.y, self.cnt, layer, CHAIN=False, **meta)
 
+    def persist(self, kernel, copy: int, warps: int) -> None:
+        kernel[(self.nb,)](self.x, self.w[copy], self.y, self.cnt, K=self.k, NB=self.nb,
+                           LAYERS=LAYERS, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=warps,
+                           num_stages=1)
+
     def committed(self, kernel, copy: int) -> None:
         spec = MatmulSpec(k=self.k, n=self.k, epilogue="store")
         src = self.x
@@ -139,6 +196,12 @@ def sweep_one(variant: str, case: Chain, dev) -> dict:
 
         def one(c: int) -> None:
             case.committed(kernel, c)
+    elif variant.startswith("persist"):
+        depth, warps = (int(v) for v in variant.split(",")[1:])
+        kernel = load(persist_source(depth), "gemv_persist", dev)
+
+        def one(c: int) -> None:
+            case.persist(kernel, c, warps)
     else:
         form, depth, warps = variant.split(",")
         kernel = load(source(int(depth), form != "after"), "gemv_chain", dev)
@@ -169,6 +232,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     results = []
     for _ in range(args.rounds or (3 if gpu else 1)):
         for i, variant in enumerate(args.variants):
+            if not gpu and variant.startswith("persist"):  # in program order, the first waits
+                print(f"[v{i}] {variant}: GPU only (its programs must run at once)")
+                continue
             r = sweep_one(variant, case, dev) | {"variant": variant}
             timing = f" {r['us']:.2f} us a chain" if "us" in r else ""
             if floor:
