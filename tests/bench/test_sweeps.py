@@ -231,3 +231,20 @@ def test_kda_state_layouts_are_checked(monkeypatch) -> None:
     got = sweep.main(["vdk:8x1", "--batches", "2"])
     assert got[0]["err"] > 1e-2, got
 
+
+
+def test_gemv_chains_are_checked(monkeypatch, capsys) -> None:
+    """bench/sweeps/grid_chain.py on the CPU: the register-pipelined GEMV a layer a launch (its
+    first tiles before or after the wait) and the one-grid chain match torch through four
+    layers; the persistent form is GPU only; a drain that drops the last tile is caught."""
+    import torch
+    module = _sweep("grid_chain")
+    got = module.main(["committed", "after,4,4", "before,2,8", "chain,4,4", "persist,4,4"])
+    assert [r["variant"] for r in got] == ["committed", "after,4,4", "before,2,8", "chain,4,4"]
+    assert all(r["err"] < REL[torch.float32] for r in got), got
+    assert "persist,4,4: GPU only" in capsys.readouterr().out
+    real = module.source
+    monkeypatch.setattr(module, "source", lambda d, e: real(d, e).replace(
+        f"    acc += b{d - 1}.to(tl.float32) * a{d - 1}[:, None]\n    tl.store", "    tl.store"))
+    got = module.main(["chain,4,4"])
+    assert got[0]["err"] > 1e-2, got
