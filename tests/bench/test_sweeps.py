@@ -248,3 +248,20 @@ def test_gemv_chains_are_checked(monkeypatch, capsys) -> None:
         f"    acc += b{d - 1}.to(tl.float32) * a{d - 1}[:, None]\n    tl.store", "    tl.store"))
     got = module.main(["chain,4,4"])
     assert got[0]["err"] > 1e-2, got
+
+
+def test_persistent_layers_are_checked(monkeypatch, capsys) -> None:
+    """bench/sweeps/persist_layers.py on the CPU: llama's four decode GEMVs a layer (SwiGLU
+    between gate + up and down) as this kernel's phases, a launch each, match fp64 torch
+    through four layers; a SwiGLU that drops up is caught."""
+    import torch
+    module = _sweep("persist_layers")
+    got = module.main(["committed", "launches,4,4", "launches,8,8", "persist,8,8"])
+    assert [r["variant"] for r in got] == ["committed", "launches,4,4", "launches,8,8"]
+    assert all(r["err"] < REL[torch.float32] for r in got), got
+    assert "persist,8,8: GPU only" in capsys.readouterr().out
+    real = module.source
+    monkeypatch.setattr(module, "source", lambda d, dims: real(d, dims).replace(
+        "tl.exp(-gate)) * up", "tl.exp(-gate))"))
+    got = module.main(["launches,4,4"])
+    assert got[0]["err"] > 1e-2, got

@@ -1,0 +1,295 @@
+"""llama `bench`'s decode GEMVs as one persistent launch (issue 4's decode; docs/design.md,
+"Persistent decode"). `grid_chain.py`'s persistent form won 1.5 µs a boundary on four equal
+GEMVs. Here are the real shapes: per layer q/k/v (4096 -> 6144), o (4096 -> 4096), gate + up
+with SwiGLU (4096 -> 2 x 12288 -> 12288) and down (12288 -> 4096), each reading the one
+before (o reads q/k/v's first 4096 columns: no attention, no hc). There are 16 phases for 4
+layers.
+
+Each of 128 programs (16 on a CPU) takes items of 16 weight rows (gate + up: 8 of each), the
+same number in every phase, and streams every item's tiles as one flat sequence of [BK, 16] register
+tiles loaded D tiles ahead. Its last tiles of a phase are the next phase's first weight
+tiles: those loads start when this program's share is done, not when the phase's last program
+is. Then it counts its stores and waits for the phase's count.
+
+Variants, checked against fp64 torch first (the last phase's output), then timed as a CUDA
+graph (the weights, 1.5 GB, are far past L2):
+- `committed`: `matmul.launch_gemm` a phase (16 launches, PDL waits);
+- `launches,D,W`: this kernel a phase per launch (its own first tiles loaded at its start);
+- `persist,D,W`: one launch for the 16 phases.
+On a CPU: `launches` checked at small widths; `persist` GPU only (the interpreter runs programs
+one after another, so the first would wait for the others forever).
+
+    PYTHONPATH=. python3 bench/sweeps/persist_layers.py committed launches,8,8 persist,8,8"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from hyperloom.bench.scenarios import rel_err
+from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters import matmul
+from hyperloom.codegen.emitters.matmul import MatmulSpec
+from hyperloom.codegen.emitters.text import pdl
+from hyperloom.config import CONFIG
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+LAYERS, ROWS = 4, 16
+GRID = {True: (128, 256), False: (16, 64)}  # a GPU or not: (programs, K step)
+REPS = 10
+KINDS = ("qkv", "o", "gate_up", "down")
+POLL = ('tl.inline_asm_elementwise("ld.acquire.gpu.global.u32 $0, [$1];", "=r,l", '
+        '[cnt_ptr + PH - 1], dtype=tl.int32, is_pure=False, pack=1)')
+
+
+def widths(gpu: bool) -> dict[str, tuple[int, int, bool]]:
+    """kind: (K, weight rows, SwiGLU) at llama `bench`'s size (a GPU) or a small one."""
+    h, q, i = (4096, 6144, 12288) if gpu else (512, 768, 1024)
+    return {"qkv": (h, q, False), "o": (h, h, False), "gate_up": (h, 2 * i, True),
+            "down": (i, h, False)}
+
+
+def _helpers(depth: int) -> str:
+    tiles = ", ".join(f"b{i}" for i in range(depth))
+    consume = "".join(f"        acc += b{i}.to(tl.float32) * a{i}[:, None]\n"
+                      for i in range(depth))
+    load_w = "".join(f"            b{i} = tl.load(wp + {i} * BK)\n" for i in range(depth))
+    load_a = "".join(f"            a{i} = tl.load(xp + {i} * BK, cache_modifier=\".cg\")"
+                     ".to(tl.float32)\n" for i in range(depth))
+    load_n = "".join(f"                b{i} = tl.load(wn + {i} * BK)\n" for i in range(depth))
+    first_a = load_a.replace("            ", "    ")
+    poll = "tl.load(cnt_ptr + PH - 1, volatile=True)" if CONFIG.interpret else POLL
+    return f'''
+@triton.jit
+def _rows(item, SWI: tl.constexpr, HALF: tl.constexpr):
+    """The item's 16 weight rows (SwiGLU: 8 of gate's, then the same 8 of up's)."""
+    j = tl.arange(0, 16)
+    if SWI:
+        return tl.where(j < 8, item * 8 + j, HALF + item * 8 + j - 8).to(tl.int64)
+    return (item * 16 + j).to(tl.int64)
+
+
+@triton.jit
+def _first(w_ptr, K: tl.constexpr, SWI: tl.constexpr, HALF: tl.constexpr, BK: tl.constexpr):
+    """This program's first {depth} weight tiles of a phase."""
+    rk = tl.arange(0, BK)
+    wp = w_ptr + _rows(tl.program_id(0), SWI, HALF)[None, :] * K + rk[:, None]
+{load_w.replace("            ", "    ")}    return {tiles}
+
+
+@triton.jit
+def _phase(x_ptr, w_ptr, o_ptr, wn_ptr, cnt_ptr, PH, has_next, {tiles}, K: tl.constexpr,
+           ITEMS: tl.constexpr, SWI: tl.constexpr, HALF: tl.constexpr, KN: tl.constexpr,
+           NSWI: tl.constexpr, NHALF: tl.constexpr, CHAIN: tl.constexpr,
+           NPROG: tl.constexpr, BK: tl.constexpr):
+    """One phase for this program: wait for phase PH - 1's count (CHAIN), stream its items,
+    the last tiles being the next phase's first (has_next), count. Returns those tiles."""
+    pid = tl.program_id(0)
+    rk = tl.arange(0, BK)
+    if CHAIN:
+        if PH > 0:
+            seen = {poll}
+            while seen < NPROG:
+                seen = {poll}
+    S: tl.constexpr = K // BK
+    G: tl.constexpr = (ITEMS // NPROG) * S // {depth}
+    xp = x_ptr + rk
+{first_a}    acc = tl.zeros([BK, 16], tl.float32)
+    for g in range(G):
+{consume}        t = (g + 1) * {depth}
+        if g + 1 < G:  # this phase's next tiles
+            k0 = (t % S) * BK
+            wp = w_ptr + _rows(pid + (t // S) * NPROG, SWI, HALF)[None, :] * K + rk[:, None] + k0
+            xp = x_ptr + k0 + rk
+{load_w}{load_a}        else:
+            if has_next:  # the next phase's first weight tiles, while this one drains
+                wn = wn_ptr + _rows(pid, NSWI, NHALF)[None, :] * KN + rk[:, None]
+{load_n}        if t % S == 0:  # an item is done
+            item = pid + ((t - 1) // S) * NPROG
+            y = tl.sum(acc, axis=0)
+            if SWI:
+                y2 = tl.reshape(y, [2, 8])
+                half = tl.arange(0, 2)[:, None]
+                gate = tl.sum(tl.where(half == 0, y2, 0.0), axis=0)
+                up = tl.sum(tl.where(half == 1, y2, 0.0), axis=0)
+                h = gate / (1.0 + tl.exp(-gate)) * up
+                tl.store(o_ptr + item * 8 + tl.arange(0, 8), h.to(o_ptr.dtype.element_ty))
+            else:
+                tl.store(o_ptr + item * 16 + tl.arange(0, 16), y.to(o_ptr.dtype.element_ty))
+            acc = tl.zeros([BK, 16], tl.float32)
+    if CHAIN:
+        tl.debug_barrier()  # every thread's stores are issued before the count
+        tl.atomic_add(cnt_ptr + PH, 1, sem="release")
+    return {tiles}
+'''
+
+
+def source(depth: int, dims: dict) -> str:
+    """The kernel: phases PH0..PH1 - 1 of the 4-phase layers in turn."""
+    tiles = ", ".join(f"b{i}" for i in range(depth))
+    kinds = [(layer, kind) for layer in range(LAYERS) for kind in KINDS]
+    body = []
+    for p, (layer, kind) in enumerate(kinds):
+        k, n, swi = dims[kind]
+        nk, nn, nswi = dims[kinds[(p + 1) % len(kinds)][1]]
+        items = n // ROWS
+        x, w, o, wn = _operands(layer, kind, kinds[(p + 1) % len(kinds)], dims)
+        body.append(
+            f"    if (PH0 <= {p}) & ({p} < PH1):\n"
+            f"        if PH0 == {p}:\n"
+            f"            {tiles} = _first({w}, {k}, {swi}, {n // 2}, BK)\n"
+            f"        {tiles} = _phase({x}, {w}, {o}, {wn}, cnt_ptr, {p}, {p + 1} < PH1, "
+            f"{tiles}, {k}, {items}, {swi}, {n // 2}, {nk}, {nswi}, {nn // 2}, CHAIN, NPROG, "
+            "BK)\n")
+    n_phases = len(kinds)
+    zeros = "".join(f"    b{i} = tl.zeros([BK, 16], wq_ptr.dtype.element_ty)\n"
+                    for i in range(depth))
+    return f'''import triton
+import triton.language as tl
+
+{_helpers(depth)}
+
+@triton.jit
+def persist_layers(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_ptr, cnt_ptr,
+                   PH0, PH1, CHAIN: tl.constexpr, NPROG: tl.constexpr, BK: tl.constexpr):
+    """Phases PH0..PH1 - 1 (CHAIN: in one launch, each waiting for the one before)."""
+{pdl("    ")}{zeros}{"".join(body)}    if CHAIN:  # the last count of all sets every count back to 0
+        if tl.atomic_add(cnt_ptr + {n_phases}, 1, sem="acq_rel") == NPROG - 1:
+            j = tl.arange(0, {next_pow2(n_phases + 1)})
+            tl.store(cnt_ptr + j, tl.zeros([{next_pow2(n_phases + 1)}], tl.int32),
+                     mask=j <= {n_phases})
+'''
+
+
+def next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _weights(layer: int, kind: str, dims: dict) -> str:
+    k, n, _ = dims[kind]
+    return f"w{kind[0]}_ptr + {layer * k * n}"
+
+
+def _operands(layer: int, kind: str, nxt: tuple[int, str], dims: dict) -> tuple[str, ...]:
+    """(x, w, out, next phase's w) pointer expressions of a phase."""
+    h, q, i = dims["o"][0], dims["qkv"][1], dims["down"][0]
+    out = {"qkv": f"q_ptr + {layer * q}", "o": f"o_ptr + {layer * h}",
+           "gate_up": f"h_ptr + {layer * i}", "down": f"d_ptr + {layer * h}"}
+    x = {"qkv": "x_ptr" if layer == 0 else f"d_ptr + {(layer - 1) * h}", "o": out["qkv"],
+         "gate_up": out["o"], "down": out["gate_up"]}
+    return x[kind], _weights(layer, kind, dims), out[kind], _weights(*nxt, dims)
+
+
+class Layers:
+    """Inputs, weights [LAYERS, rows, K] per kind, outputs per kind, the fp64 reference."""
+
+    def __init__(self, dims: dict, dev, dtype) -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.dims = dims
+        h = dims["o"][0]
+        self.x = torch.randn((1, h), generator=gen).to(dev, dtype)
+        self.w = {kind: (torch.randn((LAYERS, n, k), generator=gen) * k ** -0.5).to(dev, dtype)
+                  for kind, (k, n, _) in dims.items()}
+        self.out = {kind: torch.empty((LAYERS, n // 2 if swi else n), device=dev, dtype=dtype)
+                    for kind, (_, n, swi) in dims.items()}
+        self.cnt = torch.zeros(64, dtype=torch.int32, device=dev)
+        self.want = self._reference()
+        self.bytes = sum(w.numel() * w.element_size() for w in self.w.values())
+
+    def _reference(self) -> torch.Tensor:
+        x = self.x.double()
+        for layer in range(LAYERS):
+            qkv = x @ self.w["qkv"][layer].double().T
+            o = qkv[:, : self.dims["o"][0]] @ self.w["o"][layer].double().T
+            gu = o @ self.w["gate_up"][layer].double().T
+            g, u = gu.chunk(2, dim=1)
+            x = (torch.nn.functional.silu(g) * u) @ self.w["down"][layer].double().T
+        return x
+
+    def args(self) -> tuple:
+        return (self.x, *(self.w[k] for k in KINDS), *(self.out[k] for k in KINDS), self.cnt)
+
+    def committed(self, kernels: dict) -> None:
+        x = self.x
+        for layer in range(LAYERS):
+            for kind in KINDS:
+                k, n, swi = self.dims[kind]
+                spec = MatmulSpec(k=k, n=n, epilogue="swiglu" if swi else "store")
+                out = self.out[kind][layer: layer + 1]
+                matmul.launch_gemm(kernels[kind], spec, x=x[:, :k], w=self.w[kind][layer],
+                                   out=out, rows=1)
+                x = out
+
+
+def _committed_kernels(dims: dict, dev) -> dict:
+    kernels = {}
+    for kind, (k, n, swi) in dims.items():
+        spec = MatmulSpec(k=k, n=n, epilogue="swiglu" if swi else "store")
+        name = "gemv_swiglu" if swi else "gemv_store"
+        kernels[kind] = load(matmul.source(name, spec, header="sweep"), name, dev)
+    return kernels
+
+
+def sweep_one(variant: str, case: Layers, dev) -> dict:
+    if variant == "committed":
+        kernels = _committed_kernels(case.dims, dev)
+
+        def one() -> None:
+            case.committed(kernels)
+    else:
+        form, depth, warps = variant.split(",")
+        kernel = load(source(int(depth), case.dims), "persist_layers", dev)
+        nprog, bk = GRID[dev.type == "cuda"]
+        meta = dict(NPROG=nprog, BK=bk, num_warps=int(warps), num_stages=1)
+        phases = LAYERS * len(KINDS)
+
+        def one() -> None:
+            if form == "persist":
+                kernel[(nprog,)](*case.args(), 0, phases, CHAIN=True, **meta)
+                return
+            for p in range(phases):
+                kernel[(nprog,)](*case.args(), p, p + 1, CHAIN=False, **meta)
+    for out in case.out.values():
+        out.fill_(float("nan"))  # a variant that stores nothing fails its check
+    one()
+    err = rel_err(case.out["down"][-1:].float(), case.want.float())
+    if dev.type != "cuda":
+        return {"err": err}
+    return {"err": err, "us": common.graph_us(one, 1, REPS)}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("variants", nargs="+", help='"committed", launches,D,W or persist,D,W')
+    ap.add_argument("--rounds", type=int)
+    args = ap.parse_args(argv)
+    gpu, dev, dtype = common.device()
+    case = Layers(widths(gpu), dev, dtype)
+    floor = None
+    if gpu:
+        from hyperloom.bench.measure import measure_limits
+        floor = case.bytes / measure_limits(dev).bandwidth * 1e6
+        print(f"{LAYERS} layers: {case.bytes / 1e6:.1f} MB, {floor:.2f} us at the copy rate")
+    results = []
+    for _ in range(args.rounds or (3 if gpu else 1)):
+        for i, variant in enumerate(args.variants):
+            if not gpu and variant.startswith("persist"):
+                print(f"[v{i}] {variant}: GPU only (its programs must run at once)")
+                continue
+            r = sweep_one(variant, case, dev) | {"variant": variant}
+            timing = f" {r['us']:.2f} us a step" if "us" in r else ""
+            if floor:
+                timing += f", {100 * floor / r['us']:.1f}% of copy"
+            print(f"[v{i}] {variant}: err {r['err']:.2e}{timing}", flush=True)
+            results.append(r)
+    return results
+
+
+if __name__ == "__main__":
+    main()
