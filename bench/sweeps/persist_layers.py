@@ -271,24 +271,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = ap.parse_args(argv)
     gpu, dev, dtype = common.device()
     case = Layers(widths(gpu), dev, dtype)
-    floor = None
-    if gpu:
-        from hyperloom.bench.measure import measure_limits
-        floor = case.bytes / measure_limits(dev).bandwidth * 1e6
-        print(f"{LAYERS} layers: {case.bytes / 1e6:.1f} MB, {floor:.2f} us at the copy rate")
-    results = []
-    for _ in range(args.rounds or (3 if gpu else 1)):
-        for i, variant in enumerate(args.variants):
-            if not gpu and variant.startswith("persist"):
-                print(f"[v{i}] {variant}: GPU only (its programs must run at once)")
-                continue
-            r = sweep_one(variant, case, dev) | {"variant": variant}
-            timing = f" {r['us']:.2f} us a step" if "us" in r else ""
-            if floor:
-                timing += f", {100 * floor / r['us']:.1f}% of copy"
-            print(f"[v{i}] {variant}: err {r['err']:.2e}{timing}", flush=True)
-            results.append(r)
-    return results
+    return common.persistent_rounds(args.variants, case, sweep_one, args.rounds, "a step")
 
 
 if __name__ == "__main__":
