@@ -6,10 +6,11 @@ before (o reads q/k/v's first 4096 columns: no attention, no hc). There are 16 p
 layers.
 
 Each of 128 programs (16 on a CPU) takes items of 16 weight rows (gate + up: 8 of each), the
-same number in every phase, and streams every item's tiles as one flat sequence of [BK, 16] register
-tiles loaded D tiles ahead. Its last tiles of a phase are the next phase's first weight
-tiles: those loads start when this program's share is done, not when the phase's last program
-is. Then it counts its stores and waits for the phase's count.
+same number in every phase, and streams every item's tiles as one flat sequence of [BK, 16]
+register tiles, each reloaded D tiles ahead as soon as it is used. Its last tiles of a phase
+are the next phase's first weight tiles: those loads start when this program's share is done,
+not when the phase's last program is. Then it counts its stores and waits for the phase's
+count.
 
 Variants, checked against fp64 torch first (the last phase's output), then timed as a CUDA
 graph (the weights, 1.5 GB, are far past L2):
@@ -57,13 +58,13 @@ def widths(gpu: bool) -> dict[str, tuple[int, int, bool]]:
 
 def _helpers(depth: int) -> str:
     tiles = ", ".join(f"b{i}" for i in range(depth))
-    consume = "".join(f"        acc += b{i}.to(tl.float32) * a{i}[:, None]\n"
-                      for i in range(depth))
-    load_w = "".join(f"            b{i} = tl.load(wp + {i} * BK)\n" for i in range(depth))
-    load_a = "".join(f"            a{i} = tl.load(xp + {i} * BK, cache_modifier=\".cg\")"
+    step = "".join(f"        acc += b{i}.to(tl.float32) * a{i}[:, None]\n"
+                   f"        b{i} = tl.load(wp + {i} * BK, mask=wm, other=0.0)\n"
+                   f"        a{i} = tl.load(xp + {i} * BK, mask=here, other=0.0, "
+                   "cache_modifier=\".cg\").to(tl.float32)\n" for i in range(depth))
+    load_w = "".join(f"    b{i} = tl.load(wp + {i} * BK)\n" for i in range(depth))
+    load_a = "".join(f"    a{i} = tl.load(xp + {i} * BK, cache_modifier=\".cg\")"
                      ".to(tl.float32)\n" for i in range(depth))
-    load_n = "".join(f"                b{i} = tl.load(wn + {i} * BK)\n" for i in range(depth))
-    first_a = load_a.replace("            ", "    ")
     poll = "tl.load(cnt_ptr + PH - 1, volatile=True)" if CONFIG.interpret else POLL
     return f'''
 @triton.jit
@@ -80,7 +81,7 @@ def _first(w_ptr, K: tl.constexpr, SWI: tl.constexpr, HALF: tl.constexpr, BK: tl
     """This program's first {depth} weight tiles of a phase."""
     rk = tl.arange(0, BK)
     wp = w_ptr + _rows(tl.program_id(0), SWI, HALF)[None, :] * K + rk[:, None]
-{load_w.replace("            ", "    ")}    return {tiles}
+{load_w}    return {tiles}
 
 
 @triton.jit
@@ -100,17 +101,17 @@ def _phase(x_ptr, w_ptr, o_ptr, wn_ptr, cnt_ptr, PH, has_next, {tiles}, K: tl.co
     S: tl.constexpr = K // BK
     G: tl.constexpr = (ITEMS // NPROG) * S // {depth}
     xp = x_ptr + rk
-{first_a}    acc = tl.zeros([BK, 16], tl.float32)
+{load_a}    acc = tl.zeros([BK, 16], tl.float32)
     for g in range(G):
-{consume}        t = (g + 1) * {depth}
-        if g + 1 < G:  # this phase's next tiles
-            k0 = (t % S) * BK
-            wp = w_ptr + _rows(pid + (t // S) * NPROG, SWI, HALF)[None, :] * K + rk[:, None] + k0
-            xp = x_ptr + k0 + rk
-{load_w}{load_a}        else:
-            if has_next:  # the next phase's first weight tiles, while this one drains
-                wn = wn_ptr + _rows(pid, NSWI, NHALF)[None, :] * KN + rk[:, None]
-{load_n}        if t % S == 0:  # an item is done
+        t = (g + 1) * {depth}
+        here = g + 1 < G  # else the next phase's first weight tiles (has_next), no x
+        k0 = (t % S) * BK
+        wp = tl.where(here, w_ptr + _rows(pid + (t // S) * NPROG, SWI, HALF)[None, :] * K
+                      + rk[:, None] + k0,
+                      wn_ptr + _rows(pid, NSWI, NHALF)[None, :] * KN + rk[:, None])
+        wm = here | has_next
+        xp = x_ptr + k0 + rk
+{step}        if t % S == 0:  # an item is done
             item = pid + ((t - 1) // S) * NPROG
             y = tl.sum(acc, axis=0)
             if SWI:
