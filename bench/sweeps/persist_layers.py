@@ -15,8 +15,9 @@ count.
 Variants, checked against fp64 torch first (the last phase's output), then timed as a CUDA
 graph (the weights, 1.5 GB, are far past L2):
 - `committed`: `matmul.launch_gemm` a phase (16 launches, PDL waits);
-- `launches,D,W`: this kernel a phase per launch (its own first tiles loaded at its start);
-- `persist,D,W`: one launch for the 16 phases.
+- `launches,D,W[,BK]`: this kernel a phase per launch (its own first tiles loaded at its
+  start), tiles BK deep (256 unless given; D must divide K / BK);
+- `persist,D,W[,BK]`: one launch for the 16 phases.
 On a CPU: `launches` checked at small widths; `persist` GPU only (the interpreter runs programs
 one after another, so the first would wait for the others forever).
 
@@ -244,9 +245,11 @@ def sweep_one(variant: str, case: Layers, dev) -> dict:
         def one() -> None:
             case.committed(kernels)
     else:
-        form, depth, warps = variant.split(",")
+        form, depth, warps, *k_step = variant.split(",")
         kernel = load(source(int(depth), case.dims), "persist_layers", dev)
         nprog, bk = GRID[dev.type == "cuda"]
+        if k_step and dev.type == "cuda":  # a GPU variant's K step (the CPU's widths keep 64)
+            bk = int(k_step[0])
         meta = dict(NPROG=nprog, BK=bk, num_warps=int(warps), num_stages=1)
         phases = LAYERS * len(KINDS)
 
