@@ -113,7 +113,8 @@ def sweep_rounds(paths: list[str], mods: list, cases: dict, one, key: str,
 def persistent_rounds(variants: list[str], case, one, rounds: int | None, what: str) -> list:
     """one(variant, case, dev) for every variant, `rounds` times in alternation (3 on a GPU, 1
     on a CPU), a line printed each with the share of the copy rate of case.bytes (read once)
-    taken `what` (a chain, a step). Persistent variants ("persist...") run on a GPU only: the
+    taken `what` (a chain, a step). Persistent variants (a form ending in "persist") run on a
+    GPU only: the
     interpreter runs programs one after another, so the first would wait for the others."""
     gpu, dev, _ = device()
     floor = None
@@ -124,7 +125,7 @@ def persistent_rounds(variants: list[str], case, one, rounds: int | None, what: 
     results = []
     for _ in range(rounds or (3 if gpu else 1)):
         for i, variant in enumerate(variants):
-            if not gpu and variant.startswith("persist"):
+            if not gpu and variant.split(",")[0].endswith("persist"):
                 print(f"[v{i}] {variant}: GPU only (its programs must run at once)")
                 continue
             r = one(variant, case, dev) | {"variant": variant}

@@ -252,16 +252,21 @@ def test_gemv_chains_are_checked(monkeypatch, capsys) -> None:
 
 def test_persistent_layers_are_checked(monkeypatch, capsys) -> None:
     """bench/sweeps/persist_layers.py on the CPU: llama's four decode GEMVs a layer (SwiGLU
-    between gate + up and down) as this kernel's phases, a launch each, match fp64 torch
-    through four layers; a SwiGLU that drops up is caught."""
+    between gate + up and down) as phases of both forms, a launch each, match fp64 torch through
+    two layers (the K-outer form's gate + up in two rounds of 6 items); the persistent
+    launches are GPU only; a SwiGLU that drops up is caught in each form."""
     import torch
     module = _sweep("persist_layers")
-    got = module.main(["committed", "launches,4,4", "launches,8,8", "persist,8,8"])
-    assert [r["variant"] for r in got] == ["committed", "launches,4,4", "launches,8,8"]
+    monkeypatch.setattr(module, "LAYERS", 2)  # 8 phases: the interpreter's time
+    assert module.plan(module.widths(False), *module.GRID[False])["gate_up"] == (12, 6, 1, 6)
+    got = module.main(["committed", "launches,4,4", "klaunches,4", "persist,8,8", "kpersist,4"])
+    assert [r["variant"] for r in got] == ["committed", "launches,4,4", "klaunches,4"]
     assert all(r["err"] < REL[torch.float32] for r in got), got
-    assert "persist,8,8: GPU only" in capsys.readouterr().out
-    real = module.source
-    monkeypatch.setattr(module, "source", lambda d, dims: real(d, dims).replace(
-        "tl.exp(-gate)) * up", "tl.exp(-gate))"))
-    got = module.main(["launches,4,4"])
-    assert got[0]["err"] > 1e-2, got
+    out = capsys.readouterr().out
+    assert "persist,8,8: GPU only" in out and "kpersist,4: GPU only" in out
+    for name in ("source", "source_kouter"):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real: real(*a).replace(
+            "tl.exp(-gate)) * up", "tl.exp(-gate)) * 1.0"))
+    got = module.main(["launches,4,4", "klaunches,4"])
+    assert all(r["err"] > 1e-2 for r in got), got
