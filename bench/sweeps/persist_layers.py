@@ -18,9 +18,10 @@ graph (the weights, 1.5 GB, are far past L2):
 - `launches,D,W[,BK]`: this kernel a phase per launch (its own first tiles loaded at its
   start), tiles BK deep (256 unless given; D must divide K / BK);
 - `persist,D,W[,BK]`: one launch for the 16 phases;
-- `klaunches,W` / `kpersist,W`: the K-outer form (`plan`): a group of tiles is a few K steps
-  of all the program's items, so an x chunk is loaded once for all of them, and each tile is
-  summed over K in the warp that holds it, into one [16] accumulator an item.
+- `klaunches,W[,BK]` / `kpersist,W[,BK]`: the K-outer form (`plan`): a group of tiles is a
+  few K steps of a round of the program's items, so an x chunk is loaded once for all of
+  them, and each tile is summed over K in the warp that holds it, into one [16] accumulator
+  an item.
 On a CPU: `launches` checked at small widths; `persist` GPU only (the interpreter runs programs
 one after another, so the first would wait for the others forever).
 
@@ -178,15 +179,15 @@ def {name}(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_ptr, cn
 def plan(dims: dict, nprog: int, bk: int) -> dict[str, tuple[int, int, int, int]]:
     """kind: (J items a program, JR items a round, GK K steps a group, D = JR * GK tiles in
     flight) of the K-outer form: a program's items run in rounds of JR (the largest divisor of
-    J up to 8: 12 tiles in flight spilled), and every group of D tiles is GK K steps of a
-    round's items, so an x chunk is loaded once for JR tiles."""
+    J up to 8: 12 rounds' accumulators and tiles spilled), and every group of D tiles is GK K
+    steps of a round's items (about 64 KB of weights, at most 16 tiles), so an x chunk is
+    loaded once for JR tiles."""
     out = {}
     for kind, (k, n, _) in dims.items():
         j, steps = n // ROWS // nprog, k // bk
         jr = max(r for r in range(1, min(j, 8) + 1) if j % r == 0)
-        gk = max(1, 8 // jr)
-        while steps % gk:
-            gk //= 2
+        target = min(16, 8 * 256 // bk)  # tiles: about 64 KB of weights in flight
+        gk = max(g for g in range(1, max(1, target // jr) + 1) if steps % g == 0)
         out[kind] = (j, jr, gk, jr * gk)
     return out
 
@@ -400,6 +401,8 @@ def sweep_one(variant: str, case: Layers, dev) -> dict:
         def one() -> None:
             case.committed(kernels)
     elif form in ("klaunches", "kpersist"):
+        if len(fields) > 1 and dev.type == "cuda":  # a GPU variant's K step
+            bk = int(fields[1])
         kernel = load(source_kouter(case.dims, nprog, bk), "persist_kouter", dev)
         one = _runner(kernel, case, form == "kpersist", nprog,
                       dict(NPROG=nprog, BK=bk, num_warps=int(fields[0]), num_stages=1))

@@ -258,7 +258,7 @@ def test_persistent_layers_are_checked(monkeypatch, capsys) -> None:
     import torch
     module = _sweep("persist_layers")
     monkeypatch.setattr(module, "LAYERS", 2)  # 8 phases: the interpreter's time
-    assert module.plan(module.widths(False), *module.GRID[False])["gate_up"] == (12, 6, 1, 6)
+    assert module.plan(module.widths(False), *module.GRID[False])["gate_up"] == (12, 6, 2, 12)
     got = module.main(["committed", "launches,4,4", "klaunches,4", "persist,8,8", "kpersist,4"])
     assert [r["variant"] for r in got] == ["committed", "launches,4,4", "klaunches,4"]
     assert all(r["err"] < REL[torch.float32] for r in got), got
