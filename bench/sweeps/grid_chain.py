@@ -48,17 +48,24 @@ POLL = '''tl.inline_asm_elementwise("ld.acquire.gpu.global.u32 $0, [$1];", "=r,l
                                          pack=1)'''
 
 
+def _stream(depth: int, w: str, ind: str) -> tuple[str, str, str]:
+    """(first x tiles, a K loop body, drain) of `depth` register tiles streamed from the weight
+    pointers `w`: each tile used, then reloaded `depth` K steps ahead (`ind`: the body's
+    indent; the loop body one level deeper)."""
+    def x_at(at: str) -> str:
+        return f"tl.load(xp + {at}, cache_modifier=\".cg\").to(tl.float32)"
+    use = [f"acc += b{i}.to(tl.float32) * a{i}[:, None]" for i in range(depth)]
+    first_x = "".join(f"{ind}a{i} = {x_at(f'{i} * BLOCK_K')}\n" for i in range(depth))
+    step = "".join(f"{ind}    {use[i]}\n{ind}    b{i} = tl.load({w} + k0 + {i} * BLOCK_K)\n"
+                   f"{ind}    a{i} = {x_at(f'k0 + {i} * BLOCK_K')}\n" for i in range(depth))
+    return first_x, step, "".join(f"{ind}{line}\n" for line in use)
+
+
 def source(depth: int, early: bool) -> str:
     """The kernel's text: `depth` weight tiles in flight; early: the first ones loaded before
     the PDL wait (a chain always loads them before its counter's wait)."""
     first_w = "".join(f"    b{i} = tl.load(wp + {i} * BLOCK_K)\n" for i in range(depth))
-    first_x = "".join(f"    a{i} = tl.load(xp + {i} * BLOCK_K, cache_modifier=\".cg\")"
-                      ".to(tl.float32)\n" for i in range(depth))
-    step = "".join(f"        acc += b{i}.to(tl.float32) * a{i}[:, None]\n"
-                   f"        b{i} = tl.load(wp + k0 + {i} * BLOCK_K)\n"
-                   f"        a{i} = tl.load(xp + k0 + {i} * BLOCK_K, cache_modifier=\".cg\")"
-                   ".to(tl.float32)\n" for i in range(depth))
-    drain = "".join(f"    acc += b{i}.to(tl.float32) * a{i}[:, None]\n" for i in range(depth))
+    first_x, step, drain = _stream(depth, "wp", "    ")
     poll = "tl.load(cnt_ptr + l - 1, volatile=True)" if CONFIG.interpret else POLL
     wait = pdl("    ")
     pre, post = (first_w + wait, "") if early else (wait, first_w)
@@ -102,13 +109,7 @@ def persist_source(depth: int) -> str:
     the next layer's first `depth` tiles (HBM idles while the layer's last programs finish),
     then waits for the layer's count."""
     ind = " " * 8
-    first_x = "".join(f"{ind}a{i} = tl.load(xp + {i} * BLOCK_K, cache_modifier=\".cg\")"
-                      ".to(tl.float32)\n" for i in range(depth))
-    step = "".join(f"{ind}    acc += b{i}.to(tl.float32) * a{i}[:, None]\n"
-                   f"{ind}    b{i} = tl.load(wl + k0 + {i} * BLOCK_K)\n"
-                   f"{ind}    a{i} = tl.load(xp + k0 + {i} * BLOCK_K, cache_modifier=\".cg\")"
-                   ".to(tl.float32)\n" for i in range(depth))
-    drain = "".join(f"{ind}acc += b{i}.to(tl.float32) * a{i}[:, None]\n" for i in range(depth))
+    first_x, step, drain = _stream(depth, "wl", ind)
     first_w = "".join(f"    b{i} = tl.load(wp + {i} * BLOCK_K)\n" for i in range(depth))
     next_w = "".join(f"{ind}b{i} = tl.load(wn + {i} * BLOCK_K, mask=more, other=0.0)\n"
                      for i in range(depth))

@@ -38,6 +38,7 @@ import torch
 from hyperloom.bench.scenarios import rel_err
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import matmul
+from hyperloom.codegen.emitters.ints import next_power_of_2
 from hyperloom.codegen.emitters.matmul import MatmulSpec
 from hyperloom.codegen.emitters.text import pdl
 from hyperloom.config import CONFIG
@@ -61,6 +62,18 @@ def widths(gpu: bool) -> dict[str, tuple[int, int, bool]]:
             "down": (i, h, False)}
 
 
+ROWS_TEXT = '''
+@triton.jit
+def _rows(item, SWI: tl.constexpr, HALF: tl.constexpr):
+    """The item's 16 weight rows (SwiGLU: 8 of gate's, then the same 8 of up's)."""
+    j = tl.arange(0, 16)
+    if SWI:
+        return tl.where(j < 8, item * 8 + j, HALF + item * 8 + j - 8).to(tl.int64)
+    return (item * 16 + j).to(tl.int64)
+
+'''
+
+
 def _helpers(depth: int) -> str:
     tiles = ", ".join(f"b{i}" for i in range(depth))
     step = "".join(f"        acc += b{i}.to(tl.float32) * a{i}[:, None]\n"
@@ -71,15 +84,7 @@ def _helpers(depth: int) -> str:
     load_a = "".join(f"    a{i} = tl.load(xp + {i} * BK, cache_modifier=\".cg\")"
                      ".to(tl.float32)\n" for i in range(depth))
     poll = "tl.load(cnt_ptr + PH - 1, volatile=True)" if CONFIG.interpret else POLL
-    return f'''
-@triton.jit
-def _rows(item, SWI: tl.constexpr, HALF: tl.constexpr):
-    """The item's 16 weight rows (SwiGLU: 8 of gate's, then the same 8 of up's)."""
-    j = tl.arange(0, 16)
-    if SWI:
-        return tl.where(j < 8, item * 8 + j, HALF + item * 8 + j - 8).to(tl.int64)
-    return (item * 16 + j).to(tl.int64)
-
+    return ROWS_TEXT + f'''
 
 @triton.jit
 def _first(w_ptr, K: tl.constexpr, SWI: tl.constexpr, HALF: tl.constexpr, BK: tl.constexpr):
@@ -170,8 +175,8 @@ def {name}(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_ptr, cn
     """Phases PH0..PH1 - 1 (CHAIN: in one launch, each waiting for the one before)."""
 {pdl("    ")}{zeros}{"".join(body)}    if CHAIN:  # the last count of all sets every count back to 0
         if tl.atomic_add(cnt_ptr + {phases}, 1, sem="acq_rel") == NPROG - 1:
-            j = tl.arange(0, {next_pow2(phases + 1)})
-            tl.store(cnt_ptr + j, tl.zeros([{next_pow2(phases + 1)}], tl.int32),
+            j = tl.arange(0, {next_power_of_2(phases + 1)})
+            tl.store(cnt_ptr + j, tl.zeros([{next_power_of_2(phases + 1)}], tl.int32),
                      mask=j <= {phases})
 '''
 
@@ -305,13 +310,8 @@ def source_kouter(dims: dict, nprog: int, bk: int) -> str:
                     f"            {tiles} = _first_{kind}({w}, NPROG, BK)\n"
                     f"        {tiles} = _ph_{kind}({x}, {w}, {o}, {wn}, cnt_ptr, {p}, "
                     f"{p + 1} < PH1, {tiles}, CHAIN, NPROG, BK)\n")
-    rows = _helpers(1).split("@triton.jit")[1]  # _rows
-    return (f"import triton\nimport triton.language as tl\n\n\n@triton.jit{rows}{helpers}\n"
+    return (f"import triton\nimport triton.language as tl\n\n{ROWS_TEXT}{helpers}\n"
             + _entry("persist_kouter", most, body))
-
-
-def next_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
 
 
 def _weights(layer: int, kind: str, dims: dict) -> str:

@@ -142,16 +142,18 @@ def bind_site(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra:
     hc_pre.check_weight(spec.site, site.ow)
     bound |= site.bound()
     extra["SITE"] = finishes_site(spec, rows)
-    _, jp = hc_pre.projections(spec.site)
-    gram, nn = hc_pre.gram(spec.site)
-    need = gram + grid[0] * nn if spec.site_parts else grid[0] * jp
-    require(not extra["SITE"] or site.part.numel() >= need,
-            lambda: f"site partials: >= {need} floats, got {site.part.numel()}")
-    if spec.site_parts and extra["SITE"]:
+    if not extra["SITE"]:
+        return
+    if spec.site_parts:  # the GEMV after the site sums one partials row a site program
         hc_pre.check_stream_parts(spec.site, site.parts)
-        require(grid[0] == site_programs(spec.site.d),  # what the next GEMV sums
+        require(grid[0] == site_programs(spec.site.d),
                 lambda: f"site partials: {grid[0]} programs, the GEMV after the site sums "
                         f"{site_programs(spec.site.d)}")
+        hc_pre.check_partials(spec.site, site.part)
+        return
+    need = grid[0] * hc_pre.projections(spec.site)[1]
+    require(site.part.numel() >= need,
+            lambda: f"site partials: >= {need} floats, got {site.part.numel()}")
 
 
 def bind_form(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra: dict,
