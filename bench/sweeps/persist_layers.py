@@ -21,7 +21,10 @@ graph (the weights, 1.5 GB, are far past L2):
 - `klaunches,W[,BK]` / `kpersist,W[,BK]`: the K-outer form (`plan`): a group of tiles is a
   few K steps of a round of the program's items, so an x chunk is loaded once for all of
   them, and each tile is summed over K in the warp that holds it, into one [16] accumulator
-  an item.
+  an item;
+- `flaunches,S,W,D[,BK]` / `fpersist,S,W,D[,BK]`: the flat form (`source_flat`): a program's
+  share of the step is one loop pipelined S deep through async copies into `tl.dot`, as the
+  committed GEMVs stream, with x loaded D tiles ahead in registers.
 On a CPU: `launches` checked at small widths; `persist` GPU only (the interpreter runs programs
 one after another, so the first would wait for the others forever).
 
@@ -314,6 +317,137 @@ def source_kouter(dims: dict, nprog: int, bk: int) -> str:
             + _entry("persist_kouter", most, body))
 
 
+def source_flat(dims: dict, nprog: int, bk: int, ahead: int) -> str:
+    """The flat form: a program's whole share of phases PH0..PH1 - 1 is one software-pipelined
+    loop (`tl.range`, STAGES deep) of [BK, 16] weight tiles fed to `tl.dot` through async
+    copies, as the committed GEMVs are, so the pipeline runs on across phase boundaries: a
+    phase's first weight tiles are in flight while the program waits for the phase before.
+    The x chunks are register tiles loaded `ahead` tiles ahead with volatile loads (kept out
+    of the pipeline, which would read a phase's x before its writers are counted); a phase's
+    first chunks are loaded after its wait."""
+    c = {}  # kind: (K, N, SwiGLU, tiles a program)
+    for kind, (k, n, swi) in dims.items():
+        c[kind] = (k, n, swi, n // ROWS // nprog * (k // bk))
+    starts, at = [], 0
+    for kind in KINDS:
+        starts.append(at)
+        at += c[kind][3]
+    h, q, i = dims["o"][0], dims["qkv"][1], dims["down"][0]
+    size = {kind: k * n for kind, (k, n, _, _) in c.items()}
+    dot = "tl.dot(a0.to(tl.float32), w.to(tl.float32), acc)" if CONFIG.interpret else \
+        "tl.dot(a0, w, acc)"
+    zeros = "".join(f"    a{i} = tl.zeros([16, BK], x_ptr.dtype.element_ty)\n"
+                    for i in range(ahead))
+    first = "\n".join(f"            a{i} = tl.load(xb + {i} * BK + rk[None, :] + 0 * r[:, None], "
+                      "mask=top, other=0.0, volatile=True)" for i in range(ahead))
+    shift = "".join(f"        a{i} = a{i + 1}\n" for i in range(ahead - 1))
+    # the wait: a loop in PTX (a loop of the kernel's own would keep the pipeliner off it)
+    spin = ("while tl.load(cnt_ptr + ph - 1, volatile=True) < NPROG:\n"
+            "                        pass" if CONFIG.interpret else
+            'tl.inline_asm_elementwise("{ .reg .pred p; spin: ld.acquire.gpu.global.u32 $0, '
+            f'[$1]; setp.lt.u32 p, $0, {nprog}; @p bra spin; }}", "=r,l", [cnt_ptr + ph - 1], '
+            "dtype=tl.int32, is_pure=False, pack=1)")
+    barrier = "tl.debug_barrier()" if CONFIG.interpret else (  # gpu.barrier: pipeliner off
+        'tl.inline_asm_elementwise("bar.sync 0; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, '
+        "is_pure=False, pack=1)")
+    phases = LAYERS * len(KINDS)
+    bound = ": tl.constexpr" if CONFIG.interpret else ""  # its ranges take Python ints only
+    return f"""import triton
+import triton.language as tl
+
+
+@triton.jit
+def _pick(kind, a, b, c, d):
+    return tl.where(kind == 0, a, tl.where(kind == 1, b, tl.where(kind == 2, c, d)))
+
+
+@triton.jit
+def persist_flat(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_ptr, cnt_ptr,
+        T0{bound}, T1{bound}, CHAIN: tl.constexpr, NPROG: tl.constexpr, BK: tl.constexpr,
+        STAGES: tl.constexpr):
+    \"\"\"Tiles T0..T1 - 1 of this program's flat sequence (phases start at `flat_starts`).\"\"\"
+{pdl("    ")}    pid = tl.program_id(0)
+    rk = tl.arange(0, BK)
+    r = tl.arange(0, 16)
+    top = (r == 0)[:, None]  # x's one row in a 16-row dot operand
+    acc = tl.zeros([16, 16], tl.float32)
+{zeros}    for t in tl.range(T0, T1, num_stages=STAGES):
+        layer = t // {at}
+        u = t - layer * {at}
+        kind = (u >= {starts[1]}).to(tl.int32) + (u >= {starts[2]}).to(tl.int32) \\
+            + (u >= {starts[3]}).to(tl.int32)
+        v = u - _pick(kind, {starts[0]}, {starts[1]}, {starts[2]}, {starts[3]})
+        kdim = _pick(kind, {c['qkv'][0]}, {c['o'][0]}, {c['gate_up'][0]}, {c['down'][0]})
+        steps = kdim // BK
+        j = v // steps
+        ks = v - j * steps
+        item = pid + j * NPROG
+        rows = tl.where(kind == 2, tl.where(r < 8, item * 8 + r, {c['gate_up'][1] // 2}
+                                            + item * 8 + r - 8), item * 16 + r).to(tl.int64)
+        lw = layer.to(tl.int64)
+        wl = _pick(kind, wq_ptr + lw * {size['qkv']}, wo_ptr + lw * {size['o']},
+                   wg_ptr + lw * {size['gate_up']}, wd_ptr + lw * {size['down']})
+        w = tl.load(wl + rows[None, :] * kdim + (ks * BK + rk)[:, None])
+        xb = _pick(kind, tl.where(layer == 0, x_ptr, d_ptr + (layer - 1) * {h}),
+                   q_ptr + layer * {q}, o_ptr + layer * {h}, h_ptr + layer * {i})
+        ph = layer * 4 + kind
+        if v == 0:  # a phase's first tile: its x is the phase before's output
+            if CHAIN:
+                if ph > 0:
+                    {spin}
+{first}
+        acc = {dot}
+        tiles = _pick(kind, {c['qkv'][3]}, {c['o'][3]}, {c['gate_up'][3]}, {c['down'][3]})
+{shift}        nks = (ks + {ahead}) % steps  # x is one row: every item reads the same chunks
+        a{ahead - 1} = tl.load(xb + nks * BK + rk[None, :] + 0 * r[:, None],
+                    mask=top & (v + {ahead} < tiles), other=0.0, volatile=True)
+        if ks == steps - 1:  # an item is done
+            y = tl.sum(tl.where(top, acc, 0.0), axis=0)
+            ob = _pick(kind, q_ptr + layer * {q}, o_ptr + layer * {h}, h_ptr + layer * {i},
+                       d_ptr + layer * {h})
+            if kind == 2:
+                y2 = tl.reshape(y, [2, 8])
+                half = tl.arange(0, 2)[:, None]
+                gate = tl.sum(tl.where(half == 0, y2, 0.0), axis=0)
+                up = tl.sum(tl.where(half == 1, y2, 0.0), axis=0)
+                tl.store(ob + item * 8 + tl.arange(0, 8),
+                         (gate / (1.0 + tl.exp(-gate)) * up).to(ob.dtype.element_ty))
+            else:
+                tl.store(ob + item * 16 + r, y.to(ob.dtype.element_ty))
+            acc = tl.zeros([16, 16], tl.float32)
+        if CHAIN:
+            if v == tiles - 1:
+                {barrier}  # every thread's stores are issued before the count
+                tl.atomic_add(cnt_ptr + ph, 1, sem="release")
+    if CHAIN:  # the last count of all sets every count back to 0
+        if tl.atomic_add(cnt_ptr + {phases}, 1, sem="acq_rel") == NPROG - 1:
+            z = tl.arange(0, {next_power_of_2(phases + 1)})
+            tl.store(cnt_ptr + z, tl.zeros([{next_power_of_2(phases + 1)}], tl.int32),
+                     mask=z <= {phases})
+"""
+
+
+def flat_starts(dims: dict, nprog: int, bk: int) -> list[int]:
+    """Where each phase (and the end) starts in a program's flat sequence of tiles."""
+    out = [0]
+    for _ in range(LAYERS):
+        for kind in KINDS:
+            k, n, _ = dims[kind]
+            out.append(out[-1] + n // ROWS // nprog * (k // bk))
+    return out
+
+
+class _ByPhase:
+    """The flat kernel launched by phases PH0..PH1 - 1, as `_runner` launches the others."""
+
+    def __init__(self, kernel, starts: list[int]) -> None:
+        self.kernel, self.starts = kernel, starts
+
+    def __getitem__(self, grid: tuple):
+        run = self.kernel[grid]
+        return lambda *a, **kw: run(*a[:-2], self.starts[a[-2]], self.starts[a[-1]], **kw)
+
+
 def _weights(layer: int, kind: str, dims: dict) -> str:
     k, n, _ = dims[kind]
     return f"w{kind[0]}_ptr + {layer * k * n}"
@@ -400,6 +534,16 @@ def sweep_one(variant: str, case: Layers, dev) -> dict:
 
         def one() -> None:
             case.committed(kernels)
+    elif form in ("flaunches", "fpersist"):
+        stages, warps, ahead, *k_step = fields
+        if k_step and dev.type == "cuda":
+            bk = int(k_step[0])
+        kernel = _ByPhase(load(source_flat(case.dims, nprog, bk, int(ahead)), "persist_flat",
+                               dev),
+                          flat_starts(case.dims, nprog, bk))
+        one = _runner(kernel, case, form == "fpersist", nprog,
+                      dict(NPROG=nprog, BK=bk, STAGES=int(stages), num_warps=int(warps),
+                           num_stages=int(stages)))
     elif form in ("klaunches", "kpersist"):
         if len(fields) > 1 and dev.type == "cuda":  # a GPU variant's K step
             bk = int(fields[1])
