@@ -317,14 +317,16 @@ def source_kouter(dims: dict, nprog: int, bk: int) -> str:
             + _entry("persist_kouter", most, body))
 
 
-def source_flat(dims: dict, nprog: int, bk: int, ahead: int) -> str:
+def source_flat(dims: dict, nprog: int, bk: int, ahead: int, xmode: str = "v") -> str:
     """The flat form: a program's whole share of phases PH0..PH1 - 1 is one software-pipelined
     loop (`tl.range`, STAGES deep) of [BK, 16] weight tiles fed to `tl.dot` through async
     copies, as the committed GEMVs are, so the pipeline runs on across phase boundaries: a
     phase's first weight tiles are in flight while the program waits for the phase before.
     The x chunks are register tiles loaded `ahead` tiles ahead with volatile loads (kept out
     of the pipeline, which would read a phase's x before its writers are counted); a phase's
-    first chunks are loaded after its wait."""
+    first chunks are loaded after its wait. Diagnostic `xmode`s: "r", the same ring of plain
+    loads; "p", x loaded in the loop beside its weights (pipelined: launches only, as a
+    persistent launch would read a phase's x early)."""
     c = {}  # kind: (K, N, SwiGLU, tiles a program)
     for kind, (k, n, swi) in dims.items():
         c[kind] = (k, n, swi, n // ROWS // nprog * (k // bk))
@@ -341,6 +343,16 @@ def source_flat(dims: dict, nprog: int, bk: int, ahead: int) -> str:
     first = "\n".join(f"            a{i} = tl.load(xb + {i} * BK + rk[None, :] + 0 * r[:, None], "
                       "mask=top, other=0.0, volatile=True)" for i in range(ahead))
     shift = "".join(f"        a{i} = a{i + 1}\n" for i in range(ahead - 1))
+    ring = (f"{shift}        nks = (ks + {ahead}) % steps  # x is one row: every item reads the "
+            f"same chunks\n        a{ahead - 1} = tl.load(xb + nks * BK + rk[None, :] + 0 * "
+            f"r[:, None],\n                    mask=top & (v + {ahead} < tiles), other=0.0, "
+            "volatile=True)\n")
+    if xmode == "p":
+        zeros, first, ring = "", "            pass", ""
+        dot = ("tl.dot(tl.load(xb + ks * BK + rk[None, :] + 0 * r[:, None], mask=top, "
+               "other=0.0)" + dot[len("tl.dot(a0"):])
+    elif xmode == "r":
+        first, ring = (t.replace(", volatile=True)", ")") for t in (first, ring))
     # the wait: a loop in PTX (a loop of the kernel's own would keep the pipeliner off it)
     spin = ("while tl.load(cnt_ptr + ph - 1, volatile=True) < NPROG:\n"
             "                        pass" if CONFIG.interpret else
@@ -398,10 +410,7 @@ def persist_flat(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_p
 {first}
         acc = {dot}
         tiles = _pick(kind, {c['qkv'][3]}, {c['o'][3]}, {c['gate_up'][3]}, {c['down'][3]})
-{shift}        nks = (ks + {ahead}) % steps  # x is one row: every item reads the same chunks
-        a{ahead - 1} = tl.load(xb + nks * BK + rk[None, :] + 0 * r[:, None],
-                    mask=top & (v + {ahead} < tiles), other=0.0, volatile=True)
-        if ks == steps - 1:  # an item is done
+{ring}        if ks == steps - 1:  # an item is done
             y = tl.sum(tl.where(top, acc, 0.0), axis=0)
             ob = _pick(kind, q_ptr + layer * {q}, o_ptr + layer * {h}, h_ptr + layer * {i},
                        d_ptr + layer * {h})
@@ -535,11 +544,12 @@ def sweep_one(variant: str, case: Layers, dev) -> dict:
         def one() -> None:
             case.committed(kernels)
     elif form in ("flaunches", "fpersist"):
-        stages, warps, ahead, *k_step = fields
-        if k_step and dev.type == "cuda":
-            bk = int(k_step[0])
-        kernel = _ByPhase(load(source_flat(case.dims, nprog, bk, int(ahead)), "persist_flat",
-                               dev),
+        stages, warps, ahead, *rest = fields
+        if rest and dev.type == "cuda":
+            bk = int(rest[0])
+        xmode = rest[1] if len(rest) > 1 else "v"
+        kernel = _ByPhase(load(source_flat(case.dims, nprog, bk, int(ahead), xmode),
+                               "persist_flat", dev),
                           flat_starts(case.dims, nprog, bk))
         one = _runner(kernel, case, form == "fpersist", nprog,
                       dict(NPROG=nprog, BK=bk, STAGES=int(stages), num_warps=int(warps),
