@@ -343,8 +343,9 @@ def source_flat(dims: dict, nprog: int, bk: int, ahead: int, xmode: str = "v") -
     first = "\n".join(f"            a{i} = tl.load(xb + {i} * BK + rk[None, :] + 0 * r[:, None], "
                       "mask=top, other=0.0, volatile=True)" for i in range(ahead))
     shift = "".join(f"        a{i} = a{i + 1}\n" for i in range(ahead - 1))
-    ring = (f"{shift}        nks = (ks + {ahead}) % steps  # x is one row: every item reads the "
-            f"same chunks\n        a{ahead - 1} = tl.load(xb + nks * BK + rk[None, :] + 0 * "
+    ring = (f"{shift}        nks = ks + {ahead}  # x is one row: every item reads the same "
+            f"chunks\n        nks = tl.where(nks >= steps, nks - steps, nks)\n"
+            f"        a{ahead - 1} = tl.load(xb + nks * BK + rk[None, :] + 0 * "
             f"r[:, None],\n                    mask=top & (v + {ahead} < tiles), other=0.0, "
             "volatile=True)\n")
     if xmode == "p":
@@ -383,19 +384,22 @@ def persist_flat(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_p
     r = tl.arange(0, 16)
     top = (r == 0)[:, None]  # x's one row in a 16-row dot operand
     acc = tl.zeros([16, 16], tl.float32)
-{zeros}    for t in tl.range(T0, T1, num_stages=STAGES):
-        layer = t // {at}
-        u = t - layer * {at}
-        kind = (u >= {starts[1]}).to(tl.int32) + (u >= {starts[2]}).to(tl.int32) \\
-            + (u >= {starts[3]}).to(tl.int32)
-        v = u - _pick(kind, {starts[0]}, {starts[1]}, {starts[2]}, {starts[3]})
+{zeros}    layer = T0 // {at}  # T0 starts a phase; the loop counts on from there (no divisions)
+    u = T0 - layer * {at}
+    kind = tl.where(u >= {starts[3]}, 3, tl.where(u >= {starts[2]}, 2,
+                                                  tl.where(u >= {starts[1]}, 1, 0)))
+    v = u * 0  # the tile of the phase, its item and its K step
+    j = u * 0
+    ks = u * 0
+    for t in tl.range(T0, T1, num_stages=STAGES):
         kdim = _pick(kind, {c['qkv'][0]}, {c['o'][0]}, {c['gate_up'][0]}, {c['down'][0]})
-        steps = kdim // BK
-        j = v // steps
-        ks = v - j * steps
+        steps = _pick(kind, {c['qkv'][0] // bk}, {c['o'][0] // bk}, {c['gate_up'][0] // bk},
+                      {c['down'][0] // bk})
+        tiles = _pick(kind, {c['qkv'][3]}, {c['o'][3]}, {c['gate_up'][3]}, {c['down'][3]})
         item = pid + j * NPROG
-        rows = tl.where(kind == 2, tl.where(r < 8, item * 8 + r, {c['gate_up'][1] // 2}
-                                            + item * 8 + r - 8), item * 16 + r).to(tl.int64)
+        swi = kind == 2
+        rows = (tl.where(swi, item * 8, item * 16) + r
+                + tl.where(swi & (r >= 8), {c['gate_up'][1] // 2 - 8}, 0)).to(tl.int64)
         lw = layer.to(tl.int64)
         wl = _pick(kind, wq_ptr + lw * {size['qkv']}, wo_ptr + lw * {size['o']},
                    wg_ptr + lw * {size['gate_up']}, wd_ptr + lw * {size['down']})
@@ -409,7 +413,6 @@ def persist_flat(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_p
                     {spin}
 {first}
         acc = {dot}
-        tiles = _pick(kind, {c['qkv'][3]}, {c['o'][3]}, {c['gate_up'][3]}, {c['down'][3]})
 {ring}        if ks == steps - 1:  # an item is done
             y = tl.sum(tl.where(top, acc, 0.0), axis=0)
             ob = _pick(kind, q_ptr + layer * {q}, o_ptr + layer * {h}, h_ptr + layer * {i},
@@ -428,6 +431,16 @@ def persist_flat(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_p
             if v == tiles - 1:
                 {barrier}  # every thread's stores are issued before the count
                 tl.atomic_add(cnt_ptr + ph, 1, sem="release")
+        ks += 1
+        wrap = ks == steps
+        ks = tl.where(wrap, 0, ks)
+        j = tl.where(wrap, j + 1, j)
+        v += 1
+        done = v == tiles  # the next tile starts a phase
+        v = tl.where(done, 0, v)
+        j = tl.where(done, 0, j)
+        layer = tl.where(done & (kind == 3), layer + 1, layer)
+        kind = tl.where(done, (kind + 1) & 3, kind)
     if CHAIN:  # the last count of all sets every count back to 0
         if tl.atomic_add(cnt_ptr + {phases}, 1, sem="acq_rel") == NPROG - 1:
             z = tl.arange(0, {next_power_of_2(phases + 1)})
