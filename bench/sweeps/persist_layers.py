@@ -18,13 +18,13 @@ graph (the weights, 1.5 GB, are far past L2):
 - `launches,D,W[,BK]`: this kernel a phase per launch (its own first tiles loaded at its
   start), tiles BK deep (256 unless given; D must divide K / BK);
 - `persist,D,W[,BK]`: one launch for the 16 phases;
-- `klaunches,W[,BK]` / `kpersist,W[,BK]`: the K-outer form (`plan`): a group of tiles is a
-  few K steps of a round of the program's items, so an x chunk is loaded once for all of
-  them, and each tile is summed over K in the warp that holds it, into one [16] accumulator
-  an item;
 - `flaunches,S,W,D[,BK]` / `fpersist,S,W,D[,BK]`: the flat form (`source_flat`): a program's
   share of the step is one loop pipelined S deep through async copies into `tl.dot`, as the
-  committed GEMVs stream, with x loaded D tiles ahead in registers.
+  committed GEMVs stream, with x loaded D tiles ahead in registers (`,p` or `,r` after BK:
+  the diagnostic x modes of `source_flat`).
+The K-outer form (each x chunk loaded once for a round of items, tiles summed over K in their
+warps) ran at a048fff: 612-620 µs a step on the H100, against 546 committed; deleted
+(BENCHMARKS, twenty-seventh section).
 On a CPU: `launches` checked at small widths; `persist` GPU only (the interpreter runs programs
 one after another, so the first would wait for the others forever).
 
@@ -182,139 +182,6 @@ def {name}(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_ptr, cn
             tl.store(cnt_ptr + j, tl.zeros([{next_power_of_2(phases + 1)}], tl.int32),
                      mask=j <= {phases})
 '''
-
-
-def plan(dims: dict, nprog: int, bk: int) -> dict[str, tuple[int, int, int, int]]:
-    """kind: (J items a program, JR items a round, GK K steps a group, D = JR * GK tiles in
-    flight) of the K-outer form: a program's items run in rounds of JR (the largest divisor of
-    J up to 8: 12 rounds' accumulators and tiles spilled), and every group of D tiles is GK K
-    steps of a round's items (about 64 KB of weights, at most 16 tiles), so an x chunk is
-    loaded once for JR tiles."""
-    out = {}
-    for kind, (k, n, _) in dims.items():
-        j, steps = n // ROWS // nprog, k // bk
-        jr = max(r for r in range(1, min(j, 8) + 1) if j % r == 0)
-        target = min(16, 8 * 256 // bk)  # tiles: about 64 KB of weights in flight
-        gk = max(g for g in range(1, max(1, target // jr) + 1) if steps % g == 0)
-        out[kind] = (j, jr, gk, jr * gk)
-    return out
-
-
-def _store_lines(swi: bool, jr: int, ind: str) -> list[str]:
-    """A round's stores: item rnd * JR + j of this program from acc{j} (SwiGLU: h of its 8)."""
-    lines = []
-    for j in range(jr):
-        item = f"(pid + (rnd * {jr} + {j}) * NPROG)"
-        if swi:
-            lines += [f"{ind}y2 = tl.reshape(acc{j}, [2, 8])",
-                      f"{ind}gate = tl.sum(tl.where(half == 0, y2, 0.0), axis=0)",
-                      f"{ind}up = tl.sum(tl.where(half == 1, y2, 0.0), axis=0)",
-                      f"{ind}tl.store(o_ptr + {item} * 8 + tl.arange(0, 8), "
-                      "(gate / (1.0 + tl.exp(-gate)) * up).to(o_ptr.dtype.element_ty))"]
-        else:
-            lines.append(f"{ind}tl.store(o_ptr + {item} * 16 + tl.arange(0, 16), "
-                         f"acc{j}.to(o_ptr.dtype.element_ty))")
-        lines.append(f"{ind}acc{j} = tl.zeros([16], tl.float32)")
-    return lines
-
-
-def _kouter_helper(kind: str, nxt: str, dims: dict, plan_: dict, most: int) -> str:
-    """`_ph_{kind}` and `_first_{kind}`: one phase of the K-outer form. Each tile is summed
-    over K in the warp that holds it, into one [16] accumulator an item of the round; x is
-    loaded once a K step; the tiles after a group are the next group's (of this round or the
-    next), or the next phase's first."""
-    k, n, swi = dims[kind]
-    _, jr, gk, d = plan_[kind]
-    kn, nn, nswi = dims[nxt]
-    _, jrn, _, dn = plan_[nxt]
-    tiles = ", ".join(f"b{i}" for i in range(most))
-    rs, nrs = (8 if swi else 16) * k, (8 if nswi else 16) * kn  # weights an item takes
-    # one [BK, 16] offset tile a kind and a scalar base an item (a pointer tile an item,
-    # hoisted out of the loop, spilled)
-    head = [f"    off = rk[:, None] + _rows(0, {swi}, {n // 2})[None, :] * {k}",
-            f"    noff = rk[:, None] + _rows(0, {nswi}, {nn // 2})[None, :] * {kn}"]
-    head += [f"    acc{j} = tl.zeros([16], tl.float32)" for j in range(jr)]
-    head += [f"    xa{s} = tl.load(x_ptr + {s} * BK + rk).to(tl.float32)" for s in range(gk)]
-    body = []
-    for s in range(gk):
-        for j in range(jr):
-            i = s * jr + j
-            body.append(f"        acc{j} += tl.sum(b{i}.to(tl.float32) * xa{s}[:, None], axis=0)")
-            here_ptr = f"(w_ptr + ((pid + (rn * {jr} + {j}) * NPROG) * {rs} + kb + {s} * BK)) + off"
-            if i < dn:
-                there = (f"(wn_ptr + ((pid + {i % jrn} * NPROG) * {nrs} + {i // jrn} * BK)) "
-                         "+ noff")
-                body.append(f"        b{i} = tl.load(tl.where(here, {here_ptr}, {there}), "
-                            "mask=here | has_next, other=0.0)")
-            else:
-                body.append(f"        b{i} = tl.load({here_ptr}, mask=here, other=0.0)")
-        body.append(f"        xa{s} = tl.load(x_ptr + kb + {s} * BK + rk, mask=here, "
-                    "other=0.0).to(tl.float32)")
-    extra = [f"    b{i} = tl.load((wn_ptr + ((pid + {i % jrn} * NPROG) * {nrs} + {i // jrn} "
-             "* BK)) + noff, mask=has_next, other=0.0)" for i in range(d, dn)]
-    rest = [f"    b{i} = tl.zeros([BK, 16], w_ptr.dtype.element_ty)" for i in range(dn, most)]
-    first = [f"    b{i} = tl.load((w_ptr + (pid + {i % jr} * NPROG) * {rs} + {i // jr} * BK) "
-             "+ off)" for i in range(d)]
-    first += [f"    b{i} = tl.zeros([BK, 16], w_ptr.dtype.element_ty)" for i in range(d, most)]
-    poll = "tl.load(cnt_ptr + PH - 1, volatile=True)" if CONFIG.interpret else POLL
-    nl = "\n"
-    return f'''
-@triton.jit
-def _ph_{kind}(x_ptr, w_ptr, o_ptr, wn_ptr, cnt_ptr, PH, has_next, {tiles},
-        CHAIN: tl.constexpr, NPROG: tl.constexpr, BK: tl.constexpr):
-    pid = tl.program_id(0)
-    rk = tl.arange(0, BK)
-    half = tl.arange(0, 2)[:, None]
-    GPR: tl.constexpr = {k} // ({gk} * BK)  # groups a round
-    if CHAIN:
-        if PH > 0:
-            seen = {poll}
-            while seen < NPROG:
-                seen = {poll}
-{nl.join(head)}
-    for g in range(GPR * {plan_[kind][0] // jr}):
-        here = g + 1 < GPR * {plan_[kind][0] // jr}
-        rn = (g + 1) // GPR  # the next group's round and first K column
-        kb = ((g + 1) % GPR) * ({gk} * BK)
-{nl.join(body)}
-        if (g + 1) % GPR == 0:  # round g // GPR is done
-            rnd = g // GPR
-{nl.join(_store_lines(swi, jr, " " * 12))}
-{nl.join(extra + rest)}
-    if CHAIN:
-        tl.debug_barrier()  # every thread's stores are issued before the count
-        tl.atomic_add(cnt_ptr + PH, 1, sem="release")
-    return {tiles}
-
-
-@triton.jit
-def _first_{kind}(w_ptr, NPROG: tl.constexpr, BK: tl.constexpr):
-    pid = tl.program_id(0)
-    rk = tl.arange(0, BK)
-    off = rk[:, None] + _rows(0, {swi}, {n // 2})[None, :] * {k}
-{nl.join(first)}
-    return {tiles}
-'''
-
-
-def source_kouter(dims: dict, nprog: int, bk: int) -> str:
-    """The K-outer form's kernel (`plan`): phases PH0..PH1 - 1 as `source` runs them."""
-    plan_ = plan(dims, nprog, bk)
-    most = max(p[-1] for p in plan_.values())
-    tiles = ", ".join(f"b{i}" for i in range(most))
-    kinds = [(layer, kind) for layer in range(LAYERS) for kind in KINDS]
-    helpers = "".join(_kouter_helper(kind, KINDS[(i + 1) % len(KINDS)], dims, plan_, most)
-                      for i, kind in enumerate(KINDS))
-    body = []
-    for p, (layer, kind) in enumerate(kinds):
-        x, w, o, wn = _operands(layer, kind, kinds[(p + 1) % len(kinds)], dims)
-        body.append(f"    if (PH0 <= {p}) & ({p} < PH1):\n"
-                    f"        if PH0 == {p}:\n"
-                    f"            {tiles} = _first_{kind}({w}, NPROG, BK)\n"
-                    f"        {tiles} = _ph_{kind}({x}, {w}, {o}, {wn}, cnt_ptr, {p}, "
-                    f"{p + 1} < PH1, {tiles}, CHAIN, NPROG, BK)\n")
-    return (f"import triton\nimport triton.language as tl\n\n{ROWS_TEXT}{helpers}\n"
-            + _entry("persist_kouter", most, body))
 
 
 def source_flat(dims: dict, nprog: int, bk: int, ahead: int, xmode: str = "v") -> str:
@@ -567,12 +434,6 @@ def sweep_one(variant: str, case: Layers, dev) -> dict:
         one = _runner(kernel, case, form == "fpersist", nprog,
                       dict(NPROG=nprog, BK=bk, STAGES=int(stages), num_warps=int(warps),
                            num_stages=int(stages)))
-    elif form in ("klaunches", "kpersist"):
-        if len(fields) > 1 and dev.type == "cuda":  # a GPU variant's K step
-            bk = int(fields[1])
-        kernel = load(source_kouter(case.dims, nprog, bk), "persist_kouter", dev)
-        one = _runner(kernel, case, form == "kpersist", nprog,
-                      dict(NPROG=nprog, BK=bk, num_warps=int(fields[0]), num_stages=1))
     else:
         depth, warps, *k_step = fields
         if k_step and dev.type == "cuda":  # a GPU variant's K step (the CPU's widths keep 64)

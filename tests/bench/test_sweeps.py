@@ -252,23 +252,21 @@ def test_gemv_chains_are_checked(monkeypatch, capsys) -> None:
 
 def test_persistent_layers_are_checked(monkeypatch, capsys) -> None:
     """bench/sweeps/persist_layers.py on the CPU: llama's four decode GEMVs a layer (SwiGLU
-    between gate + up and down) as phases of the three forms, a launch each, match fp64 torch through
-    two layers (the K-outer form's gate + up in two rounds of 6 items); the persistent
-    launches are GPU only; a SwiGLU that drops up is caught in each form."""
+    between gate + up and down) as phases of the register and flat forms, a launch each, match
+    fp64 torch through two layers; the persistent launches are GPU only; a SwiGLU that drops
+    up is caught in each form."""
     import torch
     module = _sweep("persist_layers")
     monkeypatch.setattr(module, "LAYERS", 2)  # 8 phases: the interpreter's time
-    assert module.plan(module.widths(False), *module.GRID[False])["gate_up"] == (12, 6, 2, 12)
-    got = module.main(["committed", "launches,4,4", "klaunches,4", "flaunches,4,4,2",
-                       "persist,8,8", "kpersist,4", "fpersist,4,4,2"])
-    assert [r["variant"] for r in got] == ["committed", "launches,4,4", "klaunches,4",
-                                           "flaunches,4,4,2"]
+    got = module.main(["committed", "launches,4,4", "flaunches,4,4,2", "persist,8,8",
+                       "fpersist,4,4,2"])
+    assert [r["variant"] for r in got] == ["committed", "launches,4,4", "flaunches,4,4,2"]
     assert all(r["err"] < REL[torch.float32] for r in got), got
     out = capsys.readouterr().out
-    assert all(f"{v}: GPU only" in out for v in ("persist,8,8", "kpersist,4", "fpersist,4,4,2"))
-    for name in ("source", "source_kouter", "source_flat"):
+    assert all(f"{v}: GPU only" in out for v in ("persist,8,8", "fpersist,4,4,2"))
+    for name in ("source", "source_flat"):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, real=real: real(*a).replace(
             "tl.exp(-gate)) * up", "tl.exp(-gate)) * 1.0"))
-    got = module.main(["launches,4,4", "klaunches,4", "flaunches,4,4,2"])
+    got = module.main(["launches,4,4", "flaunches,4,4,2"])
     assert all(r["err"] > 1e-2 for r in got), got
