@@ -114,8 +114,8 @@ def persistent_rounds(variants: list[str], case, one, rounds: int | None, what: 
     """one(variant, case, dev) for every variant, `rounds` times in alternation (3 on a GPU, 1
     on a CPU), a line printed each with the share of the copy rate of case.bytes (read once)
     taken `what` (a chain, a step). Persistent variants (a form ending in "persist") run on a
-    GPU only: the
-    interpreter runs programs one after another, so the first would wait for the others."""
+    GPU only: the interpreter runs programs one after another, so the first would wait for
+    the others."""
     gpu, dev, _ = device()
     floor = None
     if gpu:

@@ -168,7 +168,6 @@ def source(depth: int, dims: dict) -> str:
 def _entry(name: str, most: int, body: list[str]) -> str:
     """The kernel that runs phases PH0..PH1 - 1 (`body`: each phase's lines) over `most`
     register tiles, and in a chain clears every count after the last."""
-    phases = LAYERS * len(KINDS)
     zeros = "".join(f"    b{i} = tl.zeros([BK, 16], wq_ptr.dtype.element_ty)\n"
                     for i in range(most))
     return f'''
@@ -176,12 +175,18 @@ def _entry(name: str, most: int, body: list[str]) -> str:
 def {name}(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_ptr, cnt_ptr,
         PH0, PH1, CHAIN: tl.constexpr, NPROG: tl.constexpr, BK: tl.constexpr):
     """Phases PH0..PH1 - 1 (CHAIN: in one launch, each waiting for the one before)."""
-{pdl("    ")}{zeros}{"".join(body)}    if CHAIN:  # the last count of all sets every count back to 0
+{pdl("    ")}{zeros}{"".join(body)}{_clear_counts()}'''
+
+
+def _clear_counts() -> str:
+    """A chain's last lines: the last count of all sets every phase's count back to 0."""
+    phases = LAYERS * len(KINDS)
+    width = next_power_of_2(phases + 1)
+    return f"""    if CHAIN:  # the last count of all sets every count back to 0
         if tl.atomic_add(cnt_ptr + {phases}, 1, sem="acq_rel") == NPROG - 1:
-            j = tl.arange(0, {next_power_of_2(phases + 1)})
-            tl.store(cnt_ptr + j, tl.zeros([{next_power_of_2(phases + 1)}], tl.int32),
-                     mask=j <= {phases})
-'''
+            z = tl.arange(0, {width})
+            tl.store(cnt_ptr + z, tl.zeros([{width}], tl.int32), mask=z <= {phases})
+"""
 
 
 def source_flat(dims: dict, nprog: int, bk: int, ahead: int, xmode: str = "v") -> str:
@@ -194,17 +199,16 @@ def source_flat(dims: dict, nprog: int, bk: int, ahead: int, xmode: str = "v") -
     first chunks are loaded after its wait. Diagnostic `xmode`s: "r", the same ring of plain
     loads; "p", x loaded in the loop beside its weights (pipelined: launches only, as a
     persistent launch would read a phase's x early)."""
-    c = {}  # kind: (K, N, SwiGLU, tiles a program)
-    for kind, (k, n, swi) in dims.items():
-        c[kind] = (k, n, swi, n // ROWS // nprog * (k // bk))
-    starts, at = [], 0
-    for kind in KINDS:
-        starts.append(at)
-        at += c[kind][3]
+    tiles = flat_tiles(dims, nprog, bk)
+    starts = flat_starts(dims, nprog, bk)[:len(KINDS) + 1]  # a layer's phases; its length
+    at = starts[-1]
+    k_of = [dims[kind][0] for kind in KINDS]
     h, q, i = dims["o"][0], dims["qkv"][1], dims["down"][0]
-    size = {kind: k * n for kind, (k, n, _, _) in c.items()}
-    dot = "tl.dot(a0.to(tl.float32), w.to(tl.float32), acc)" if CONFIG.interpret else \
-        "tl.dot(a0, w, acc)"
+    size = {kind: k * n for kind, (k, n, _) in dims.items()}
+
+    def dot(a: str) -> str:
+        up = ".to(tl.float32)" if CONFIG.interpret else ""  # the interpreter's low-precision dot
+        return f"tl.dot({a}{up}, w{up}, acc)"
     zeros = "".join(f"    a{i} = tl.zeros([16, BK], x_ptr.dtype.element_ty)\n"
                     for i in range(ahead))
     first = "\n".join(f"            a{i} = tl.load(xb + {i} * BK + rk[None, :] + 0 * r[:, None], "
@@ -215,10 +219,10 @@ def source_flat(dims: dict, nprog: int, bk: int, ahead: int, xmode: str = "v") -
             f"        a{ahead - 1} = tl.load(xb + nks * BK + rk[None, :] + 0 * "
             f"r[:, None],\n                    mask=top & (v + {ahead} < tiles), other=0.0, "
             "volatile=True)\n")
+    x = "a0"
     if xmode == "p":
         zeros, first, ring = "", "            pass", ""
-        dot = ("tl.dot(tl.load(xb + ks * BK + rk[None, :] + 0 * r[:, None], mask=top, "
-               "other=0.0)" + dot[len("tl.dot(a0"):])
+        x = "tl.load(xb + ks * BK + rk[None, :] + 0 * r[:, None], mask=top, other=0.0)"
     elif xmode == "r":
         first, ring = (t.replace(", volatile=True)", ")") for t in (first, ring))
     # the wait: a loop in PTX (a loop of the kernel's own would keep the pipeliner off it)
@@ -230,7 +234,6 @@ def source_flat(dims: dict, nprog: int, bk: int, ahead: int, xmode: str = "v") -
     barrier = "tl.debug_barrier()" if CONFIG.interpret else (  # gpu.barrier: pipeliner off
         'tl.inline_asm_elementwise("bar.sync 0; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, '
         "is_pure=False, pack=1)")
-    phases = LAYERS * len(KINDS)
     bound = ": tl.constexpr" if CONFIG.interpret else ""  # its ranges take Python ints only
     return f"""import triton
 import triton.language as tl
@@ -259,14 +262,13 @@ def persist_flat(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_p
     j = u * 0
     ks = u * 0
     for t in tl.range(T0, T1, num_stages=STAGES):
-        kdim = _pick(kind, {c['qkv'][0]}, {c['o'][0]}, {c['gate_up'][0]}, {c['down'][0]})
-        steps = _pick(kind, {c['qkv'][0] // bk}, {c['o'][0] // bk}, {c['gate_up'][0] // bk},
-                      {c['down'][0] // bk})
-        tiles = _pick(kind, {c['qkv'][3]}, {c['o'][3]}, {c['gate_up'][3]}, {c['down'][3]})
+        kdim = _pick(kind, {", ".join(str(k) for k in k_of)})
+        steps = _pick(kind, {", ".join(str(k // bk) for k in k_of)})
+        tiles = _pick(kind, {", ".join(str(tiles[kind]) for kind in KINDS)})
         item = pid + j * NPROG
         swi = kind == 2
         rows = (tl.where(swi, item * 8, item * 16) + r
-                + tl.where(swi & (r >= 8), {c['gate_up'][1] // 2 - 8}, 0)).to(tl.int64)
+                + tl.where(swi & (r >= 8), {dims['gate_up'][1] // 2 - 8}, 0)).to(tl.int64)
         lw = layer.to(tl.int64)
         wl = _pick(kind, wq_ptr + lw * {size['qkv']}, wo_ptr + lw * {size['o']},
                    wg_ptr + lw * {size['gate_up']}, wd_ptr + lw * {size['down']})
@@ -279,7 +281,7 @@ def persist_flat(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_p
                 if ph > 0:
                     {spin}
 {first}
-        acc = {dot}
+        acc = {dot(x)}
 {ring}        if ks == steps - 1:  # an item is done
             y = tl.sum(tl.where(top, acc, 0.0), axis=0)
             ob = _pick(kind, q_ptr + layer * {q}, o_ptr + layer * {h}, h_ptr + layer * {i},
@@ -308,21 +310,21 @@ def persist_flat(x_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, q_ptr, o_ptr, h_ptr, d_p
         j = tl.where(done, 0, j)
         layer = tl.where(done & (kind == 3), layer + 1, layer)
         kind = tl.where(done, (kind + 1) & 3, kind)
-    if CHAIN:  # the last count of all sets every count back to 0
-        if tl.atomic_add(cnt_ptr + {phases}, 1, sem="acq_rel") == NPROG - 1:
-            z = tl.arange(0, {next_power_of_2(phases + 1)})
-            tl.store(cnt_ptr + z, tl.zeros([{next_power_of_2(phases + 1)}], tl.int32),
-                     mask=z <= {phases})
-"""
+{_clear_counts()}"""
+
+
+def flat_tiles(dims: dict, nprog: int, bk: int) -> dict[str, int]:
+    """kind: the [BK, 16] tiles a program streams in a phase of that kind."""
+    return {kind: n // ROWS // nprog * (k // bk) for kind, (k, n, _) in dims.items()}
 
 
 def flat_starts(dims: dict, nprog: int, bk: int) -> list[int]:
     """Where each phase (and the end) starts in a program's flat sequence of tiles."""
+    tiles = flat_tiles(dims, nprog, bk)
     out = [0]
     for _ in range(LAYERS):
         for kind in KINDS:
-            k, n, _ = dims[kind]
-            out.append(out[-1] + n // ROWS // nprog * (k // bk))
+            out.append(out[-1] + tiles[kind])
     return out
 
 
