@@ -109,29 +109,3 @@ def sweep_rounds(paths: list[str], mods: list, cases: dict, one, key: str,
                 results.append(r)
     return results
 
-
-def persistent_rounds(variants: list[str], case, one, rounds: int | None, what: str) -> list:
-    """one(variant, case, dev) for every variant, `rounds` times in alternation (3 on a GPU, 1
-    on a CPU), a line printed each with the share of the copy rate of case.bytes (read once)
-    taken `what` (a chain, a step). Persistent variants (a form ending in "persist") run on a
-    GPU only: the interpreter runs programs one after another, so the first would wait for
-    the others."""
-    gpu, dev, _ = device()
-    floor = None
-    if gpu:
-        from hyperloom.bench.measure import measure_limits
-        floor = case.bytes / measure_limits(dev).bandwidth * 1e6
-        print(f"{case.bytes / 1e6:.1f} MB, {floor:.2f} us at the copy rate")
-    results = []
-    for _ in range(rounds or (3 if gpu else 1)):
-        for i, variant in enumerate(variants):
-            if not gpu and variant.split(",")[0].endswith("persist"):
-                print(f"[v{i}] {variant}: GPU only (its programs must run at once)")
-                continue
-            r = one(variant, case, dev) | {"variant": variant}
-            timing = f" {r['us']:.2f} us {what}" if "us" in r else ""
-            if floor:
-                timing += f", {100 * floor / r['us']:.1f}% of copy"
-            print(f"[v{i}] {variant}: err {r['err']:.2e}{timing}", flush=True)
-            results.append(r)
-    return results
