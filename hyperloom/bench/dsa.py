@@ -31,8 +31,9 @@ from hyperloom.bench.kernels import first_layer, load_emitters, randn
 from hyperloom.bench.measure import Limits, median_seconds, profile_top
 from hyperloom.bench.scenarios import AgreementError, Result, rel_err
 from hyperloom.codegen.emitters import dsa as dsa_emitter
+from hyperloom.codegen.emitters import dsa_select
 from hyperloom.codegen.emitters import mla as mla_emitter
-from hyperloom.codegen.emitters.dsa import DSASpec
+from hyperloom.codegen.emitters.dsa_spec import DSASpec
 from hyperloom.codegen.emitters.mla import MLASpec
 from hyperloom.codegen.specs import dsa_spec, mla_spec
 from hyperloom.errors import InputError
@@ -165,7 +166,7 @@ class Step:
     pos: torch.Tensor
     index: torch.Tensor
     out: torch.Tensor
-    select: dsa_emitter.Work  # the indexer's scores and selection scratch
+    select: dsa_select.Work  # the indexer's scores and selection scratch
     work: tuple[torch.Tensor, ...]
 
     @property
@@ -277,7 +278,7 @@ class DSABench:
                     torch.full((batch,), ctx, device=dev),
                     torch.empty((batch, a.width), dtype=torch.int32, device=dev),
                     torch.empty((batch, a.heads * a.v_head_dim), dtype=self.dtype, device=dev),
-                    dsa_emitter.scratch(batch, pooled),
+                    dsa_select.scratch(batch, pooled),
                     mla_emitter.scratch(a, batch, self.dtype, dev))
 
     def scenario(self, batch: int, ctx: int) -> tuple[Step, Floors, int]:

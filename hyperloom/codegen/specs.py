@@ -6,7 +6,6 @@ from __future__ import annotations
 from hyperloom.config import CONFIG
 from hyperloom.codegen.emitters import (
     attention,
-    dsa,
     elementwise,
     embedding,
     hc_post,
@@ -20,6 +19,7 @@ from hyperloom.codegen.emitters import (
     moe_router,
     norm,
 )
+from hyperloom.codegen.emitters.dsa_spec import DSASpec
 from hyperloom.errors import CodegenError
 from hyperloom.ir.derive import unpacked_shape
 from hyperloom.ir.graph import Node
@@ -105,9 +105,9 @@ def norm_spec(node: Node, types: dict) -> norm.NormSpec:
     return norm.NormSpec(node.op.value, width, group, node.attrs.eps)
 
 
-def dsa_spec(node: Node, types: dict) -> dsa.DSASpec:
+def dsa_spec(node: Node, types: dict) -> DSASpec:
     at = node.attrs  # the key cache is paged whenever the runtime pages (as attention_spec)
-    return dsa.DSASpec(at.heads, at.head_dim, at.topk, at.kpool, at.select_tail,
+    return DSASpec(at.heads, at.head_dim, at.topk, at.kpool, at.select_tail,
                        block_size=CONFIG.kv_block_size)
 
 

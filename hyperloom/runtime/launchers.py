@@ -14,6 +14,7 @@ from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import (
     attention,
     dsa,
+    dsa_select,
     elementwise,
     embedding,
     hc_post,
@@ -306,7 +307,7 @@ def _dsa(entry: KernelEntry, o: Operands, device) -> Launch:
     dsa.check(spec, keys, pooled, table)
     key = ("dsa_work", qi.shape[0], pooled.shape[1])
     if key not in o.scratch:
-        o.scratch[key] = dsa.scratch(qi.shape[0], pooled)
+        o.scratch[key] = dsa_select.scratch(qi.shape[0], pooled)
     args = dict(qi=qi, w=w, ki=ki, gate=gate, ape=ape, slot=slot, pos=pos, keys=keys,
                 pooled=pooled, work=o.scratch[key], out=o[node.outs[0]], block_table=table)
     return lambda rows, _: dsa.launch(kerns, spec, rows=rows, **args)

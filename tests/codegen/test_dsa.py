@@ -18,8 +18,9 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import dsa as dsa_emitter
+from hyperloom.codegen.emitters import dsa_select
 from hyperloom.codegen.emitters import mla as mla_emitter
-from hyperloom.codegen.emitters.dsa import DSASpec
+from hyperloom.codegen.emitters.dsa_spec import DSASpec
 from hyperloom.codegen.emitters.mla import MLASpec
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx
@@ -103,7 +104,7 @@ class Harness:
                                    device=self.device)
         bufs["out"] = torch.full((rows + 1, self.mla.heads * self.mla.v_head_dim), float("nan"),
                                  device=self.device, dtype=self.act)
-        bufs["scores"] = dsa_emitter.scratch(rows, self.pooled)
+        bufs["scores"] = dsa_select.scratch(rows, self.pooled)
         bufs["work"] = mla_emitter.scratch(self.mla, rows, self.latent.dtype, self.device,
                                            max_splits)
         return bufs
@@ -229,10 +230,10 @@ def run_select(spec: DSASpec, scores: torch.Tensor, pos: torch.Tensor,
                pools: int | None = None) -> torch.Tensor:
     """The selection alone on scores [rows, >= pools] (the cache's pools, all by default)."""
     rows, pools = scores.shape[0], scores.shape[1] if pools is None else pools
-    work = dsa_emitter.scratch(rows, scores.new_empty((1, pools, 1)))
+    work = dsa_select.scratch(rows, scores.new_empty((1, pools, 1)))
     work.scores.copy_(scores[:, : work.scores.shape[1]])
     out = torch.zeros(rows, spec.width, dtype=torch.int32, device=scores.device)
-    dsa_emitter.select(select_kernels(spec, scores.device.type), spec, work=work,
+    dsa_select.select(select_kernels(spec, scores.device.type), spec, work=work,
                        slot=torch.zeros(rows, dtype=torch.long, device=scores.device),
                        pos=pos.to(scores.device), out=out, rows=rows, pools=pools)
     return out
@@ -243,7 +244,7 @@ def run_select(spec: DSASpec, scores: torch.Tensor, pos: torch.Tensor,
 @pytest.mark.parametrize("n, gb", [(0, 16), (3, 16), (16, 16), (17, 16), (300, 16), (1500, 16),
                                    (2500, 16), (9000, 2)])
 def test_radix_select_equals_a_stable_topk(n: int, gb: int, monkeypatch) -> None:
-    monkeypatch.setattr(dsa_emitter, "GB", gb)
+    monkeypatch.setattr(dsa_select, "GB", gb)
     spec = DSASpec(4, 16, 64, 4, True)
     gen = torch.Generator().manual_seed(n)
     scores = torch.randn(3, max(n, 1), generator=gen)
@@ -380,8 +381,8 @@ def test_segmented_select_counted_by_the_score_kernel(block_size: int, monkeypat
     """Caches of 16 pools select in segments of 4 (SMALL_POOLS 4): the score kernel counts the
     histogram as it scores, the selection clears it and its counters; prompts in chunks, then
     decode steps of two sequences and a padding row."""
-    monkeypatch.setattr(dsa_emitter, "SMALL_POOLS", 4)
-    monkeypatch.setattr(dsa_emitter, "SEG", 4)
+    monkeypatch.setattr(dsa_select, "SMALL_POOLS", 4)
+    monkeypatch.setattr(dsa_select, "SEG", 4)
     h = Harness(*specs(block_size=block_size), slots=2, capacity=64, seed=10)
     chunks(h, 1, 0, [13, 32])
     chunks(h, 0, 0, [30])
@@ -397,8 +398,8 @@ def test_a_wrong_index_is_refused_before_any_launch(monkeypatch) -> None:
     """An index buffer of the wrong width fails before the pool, score and select launches:
     the key cache is unwritten and the score kernel counted nothing (a histogram left behind
     would skew every later selection)."""
-    monkeypatch.setattr(dsa_emitter, "SMALL_POOLS", 4)
-    monkeypatch.setattr(dsa_emitter, "SEG", 4)
+    monkeypatch.setattr(dsa_select, "SMALL_POOLS", 4)
+    monkeypatch.setattr(dsa_select, "SEG", 4)
     h = Harness(*specs(), slots=1, capacity=64, seed=12)
     chunks(h, 0, 0, [30])
     b = h.buffers([0], [30])
@@ -413,8 +414,8 @@ def test_a_select_that_fails_after_the_score_leaves_clean_scratch(monkeypatch) -
     """The cands launch raising (as a first compile may) after the score kernel counted the
     histogram: the error reaches the caller, the scratch is clean, and the next step selects
     right."""
-    monkeypatch.setattr(dsa_emitter, "SMALL_POOLS", 4)
-    monkeypatch.setattr(dsa_emitter, "SEG", 4)
+    monkeypatch.setattr(dsa_select, "SMALL_POOLS", 4)
+    monkeypatch.setattr(dsa_select, "SEG", 4)
     h = Harness(*specs(), slots=1, capacity=64, seed=13)
     chunks(h, 0, 0, [30])
     b = h.buffers([0], [30])
@@ -436,8 +437,8 @@ def test_score_programs_of_several_blocks(monkeypatch) -> None:
     select counting from them: a 100-token prompt in two chunks, then two decode steps."""
     monkeypatch.setattr(dsa_emitter, "BP", 16)
     monkeypatch.setattr(dsa_emitter, "SCORE_PROGRAMS", 4)
-    monkeypatch.setattr(dsa_emitter, "SMALL_POOLS", 8)
-    monkeypatch.setattr(dsa_emitter, "SEG", 16)
+    monkeypatch.setattr(dsa_select, "SMALL_POOLS", 8)
+    monkeypatch.setattr(dsa_select, "SEG", 16)
     assert [dsa_emitter.score_blocks(r, 64) for r in (1, 2, 4)] == [1, 2, 8]
     h = Harness(*specs(), slots=2, capacity=256, seed=11)
     chunks(h, 0, 0, [37, 63])

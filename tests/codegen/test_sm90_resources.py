@@ -15,7 +15,7 @@ import pytest
 
 from hyperloom.codegen.emitters import dsa as dsa_emitter
 from hyperloom.codegen.emitters import hc_pre, kda, kda_chunk, kda_conv, matmul, mla, moe_experts
-from hyperloom.codegen.emitters.dsa import DSASpec
+from hyperloom.codegen.emitters.dsa_spec import DSASpec
 from hyperloom.codegen.emitters.kda_gate import KDAGateSpec
 from hyperloom.codegen.emitters.mla import MLASpec
 from hyperloom.config import overrides

@@ -1,5 +1,5 @@
 """The DSA lightning indexer with k-pool compression (`hyperloom.ir.semantics.dsa`, SPEC "DSA"):
-five kernels in one module (`kernel_names`).
+six kernels in one module (`kernel_names`); the selection's four are `dsa_select`'s.
 
 {name}_pool, grid (rows,): row r writes [kI | gate] into keys [slots, S, 2d] at (slot, pos); the
 row that completes a pool (pos % P == P - 1) computes the pool's key once, sum_t softmax_t(gate_t
@@ -10,24 +10,8 @@ else from the cache. Padding rows (slot < 0) and positions past the capacity wri
 {name}_score, grid (rows, cdiv(S // P, BP * IT)): scores [rows, S // P] fp32 of the row's visible
 pools (those whose last token is <= pos): sum_h w_h h^-1/2 relu(qI_h . key d^-1/2), IT blocks of
 BP pools a program (score_blocks). Programs past the row's pools exit, so the grid depends on the
-rows and the capacity only (a captured launch stays valid).
-
-{name}, grid (rows,): selection -> index [rows, topk (+ P - 1)] int32. With more visible pools
-than K = topk / P, a radix select (4 passes of 8-bit digit histograms over the ordered score
-bits) finds the K-th largest score; pools above it are taken, ties at it lowest index first
-(as the reference's stable top-k). Selected pools
-expand to P token ids each, in pool order (the reference orders them by score; the set is
-the same), then -1 up to column topk, then the visible tokens of the incomplete tail pool.
-
-Caches of more than SMALL_POOLS pools select in segments of SEG pools, in two launches after a
-histogram of each sparse row's top TOP key bits (counted by the score kernel as it writes the
-scores, or by {name}_hist; rows with at most K pools visible take them all). {name}_cands, grid
-(rows, segments): finds the bin of the K-th key, counts its segment's keys above that bin and
-appends those in it (the candidates) to the row's list; the row's last program (by ticket)
-finds the K-th key among the candidates (bit by bit over their keys in registers; 3 more 8-bit
-passes past SEG of them) and clears the row's histogram and counters for the next step.
-{name}_write, grid (rows, segments): places its segment's pools after those of the earlier
-segments.
+rows and the capacity only (a captured launch stays valid). Above dsa_select.SMALL_POOLS pools
+it also counts each sparse row's top-bits histogram for the segmented select.
 
 Paged (spec.block_size = B > 0): keys is a block pool [num_blocks, B, 2d] behind a block table
 (`paging`); the pooled keys (one row per pool, 1/(2P) of the keys) stay one block per slot.
@@ -35,42 +19,18 @@ Paged (spec.block_size = B > 0): keys is a block pool [num_blocks, B, 2d] behind
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from hyperloom.codegen.emitters import paging
+from hyperloom.codegen.emitters import dsa_select, paging
+from hyperloom.codegen.emitters.dsa_select import Work, need
+from hyperloom.codegen.emitters.dsa_spec import DSASpec
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
-from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
 
 BP = 64  # pools per block of a score program; IT blocks a program (score_blocks)
 SCORE_PROGRAMS, MAX_IT = 2048, 8  # a launch's programs, once rows x blocks exceed them
-# a cache of up to SMALL_POOLS pools selects in one program a row, SMALL_BLOCK scores an
-# iteration (on the H200 8.4 us at 1024 pools); larger ones in segments of SEG pools, one
-# program each (one program a row took 115.6 us at 32768 pools, 31.4 at 8192: BENCHMARKS)
-SMALL_BLOCK, SMALL_POOLS, SEG = 1024, 2048, 1024
-TOP = 12  # key bits of the segmented select's first histogram (one bin: 1/8 of an octave)
-GB = 32  # segments' counts summed per load
-WARPS, SELECT_WARPS = 4, 8  # a row's selection is one program: give it more threads
-
-
-@dataclass(frozen=True)
-class DSASpec:
-    heads: int
-    head_dim: int
-    topk: int
-    kpool: int
-    select_tail: bool
-    block_size: int = 0  # tokens per block of a paged key cache; 0: contiguous per slot
-
-    def __post_init__(self) -> None:
-        assert self.topk % self.kpool == 0, "topk must be a multiple of kpool"
-
-    @property
-    def width(self) -> int:
-        return self.topk + (self.kpool - 1 if self.select_tail else 0)
+WARPS = 4  # the pool and score programs
 
 
 def kernel_names(name: str) -> tuple[str, ...]:
@@ -80,14 +40,10 @@ def kernel_names(name: str) -> tuple[str, ...]:
             f"{name}_write")
 
 
-def segments(pools: int) -> int:
-    """Segments of the selection over a cache of `pools` pools (0: one program a row)."""
-    return cdiv(pools, SEG) if pools > SMALL_POOLS else 0
-
-
 def launches(pools: int) -> int:
-    """Kernel launches of an indexer step over a cache of `pools` pools."""
-    return 4 if segments(pools) else 3  # pool, score (+ histogram), then cands + write, or one
+    """Kernel launches of an indexer step over a cache of `pools` pools: pool, score (+ the
+    histogram), then cands + write or the one-program select."""
+    return 4 if dsa_select.segments(pools) else 3
 
 
 def _pool_source(name: str, spec: DSASpec) -> str:
@@ -157,7 +113,7 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, sq, sw, p
         D: tl.constexpr = {spec.head_dim}, DP: tl.constexpr = {_p2(spec.head_dim)},
         P: tl.constexpr = {spec.kpool}, BP: tl.constexpr = {BP}, IT: tl.constexpr = 1,
         SCALE: tl.constexpr = {spec.head_dim ** -0.5!r},
-        WSCALE: tl.constexpr = {spec.heads ** -0.5!r}, NB: tl.constexpr = {1 << TOP},
+        WSCALE: tl.constexpr = {spec.heads ** -0.5!r}, NB: tl.constexpr = {1 << dsa_select.TOP},
         K: tl.constexpr = {spec.topk // spec.kpool}):
 {pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     s = tl.load(slot_ptr + r).to(tl.int64)
@@ -186,251 +142,11 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, sq, sw, p
 '''
 
 
-_KEYS = '''
-@triton.jit
-def _ordered(x):
-    \"\"\"fp32 scores -> int64 keys in [0, 2^32) with the scores' order (x not NaN).\"\"\"
-    b = x.to(tl.int32, bitcast=True)
-    return (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.int64) + 2147483648
-
-
-@triton.jit
-def _count(hist_row, x, m, NB: tl.constexpr):
-    \"\"\"Adds the scores x[m], by their keys' top bits, into a row's histogram [NB] (an atomic
-    each: a local tl.histogram of 4096 bins first was 17x slower on the H200).\"\"\"
-    top = (_ordered(x) >> (32 - {top})).to(tl.int32)
-    tl.atomic_add(hist_row + top, tl.full(top.shape, 1, tl.int32), mask=m, sem="relaxed")
-
-
-@triton.jit
-def _keys(row_ptr, idx_ptr, j, m, GATHER: tl.constexpr):
-    \"\"\"Keys of row[j] (GATHER: of row[idx[j]]) where m.\"\"\"
-    if GATHER:
-        j = tl.load(idx_ptr + j, mask=m, other=0)
-    return _ordered(tl.load(row_ptr + j, mask=m, other=0.0))
-
-
-@triton.jit
-def _histogram(row_ptr, idx_ptr, n, prefix, shift: tl.constexpr, BLOCK: tl.constexpr,
-               GATHER: tl.constexpr):
-    \"\"\"Counts of the 8-bit digit at `shift` of the n keys (see _keys) whose higher digits
-    equal prefix's.\"\"\"
-    hist = tl.zeros((256,), tl.int32)
-{keys_head}        j = start + tl.arange(0, BLOCK)
-        u = _keys(row_ptr, idx_ptr, j, j < n, GATHER)
-        match = (j < n) & ((u >> (shift + 8)) == (prefix >> (shift + 8)))
-        hist += tl.histogram(((u >> shift) & 255).to(tl.int32), 256, mask=match)
-{keys_tail}    return hist
-
-
-@triton.jit
-def _pick(hist, prefix, need, shift: tl.constexpr):
-    \"\"\"(prefix, need) with the digit at `shift` of the need-th largest key put in: hist counts
-    that digit among the keys matching prefix above it.\"\"\"
-    bins = tl.arange(0, 256)
-    at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
-    d = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
-    need -= tl.sum(tl.where(bins > d, hist, 0), axis=0)
-    return prefix + (d.to(tl.int64) << shift), need
-
-
-@triton.jit
-def _kth_key(row_ptr, n, k, BLOCK: tl.constexpr):
-    \"\"\"(key, take): the k-th largest key of row[:n] and how many keys equal to it the top k hold
-    (radix select, most significant digit first).\"\"\"
-    prefix = n.to(tl.int64) * 0
-    need = k
-    for i in tl.static_range(4):  # digits at bits 24, 16, 8, 0
-        hist = _histogram(row_ptr, row_ptr, n, prefix, 24 - 8 * i, BLOCK, False)
-        prefix, need = _pick(hist, prefix, need, 24 - 8 * i)
-    return prefix, need
-
-
-@triton.jit
-def _kth_candidate(row_ptr, cand_ptr, nc, top, need, BLOCK: tl.constexpr):
-    \"\"\"(key, take) as _kth_key gives them, from the nc candidates row[cand[:nc]]: the keys
-    in bin `top` of the top-bits histogram, of which the need-th largest is the K-th key (more
-    than BLOCK: 3 radix passes over them).\"\"\"
-    if nc <= BLOCK:  # the usual case: the candidates' keys stay in registers, and the
-        # K-th key is the largest t with need keys >= t, found bit by bit (32 - {top} sums)
-        j = tl.arange(0, BLOCK)
-        u = tl.where(j < nc, _keys(row_ptr, cand_ptr, j, j < nc, True), -1)
-        thr = top.to(tl.int64) << (32 - {top})
-        for b in tl.static_range(32 - {top}):
-            t = thr + (1 << (31 - {top} - b))
-            thr = tl.where(tl.sum((u >= t).to(tl.int32), axis=0) >= need, t, thr)
-        return thr, need - tl.sum((u > thr).to(tl.int32), axis=0)
-    prefix = (top >> ({top} - 8)).to(tl.int64) << 24  # the bin's bits below 24 return in pass 1
-    for i in tl.static_range(3):  # digits at bits 16, 8, 0
-        hist = _histogram(row_ptr, cand_ptr, nc, prefix, 16 - 8 * i, BLOCK, True)
-        prefix, need = _pick(hist, prefix, need, 16 - 8 * i)
-    return prefix, need
-
-
-@triton.jit
-def _before(row_ptr, cand_ptr, nc, thr, start, BLOCK: tl.constexpr):
-    \"\"\"(above, at): the candidates among pools before `start` with keys above thr, at thr.\"\"\"
-    above = nc * 0
-    at = nc * 0
-{cand_head}        j = c0 + tl.arange(0, BLOCK)
-        m = j < nc
-        i = tl.load(cand_ptr + j, mask=m, other=0)
-        u = _ordered(tl.load(row_ptr + i, mask=m, other=0.0))
-        early = m & (i < start)
-        above += tl.sum((early & (u > thr)).to(tl.int32), axis=0)
-        at += tl.sum((early & (u == thr)).to(tl.int32), axis=0)
-{cand_tail}    return above, at
-
-
-@triton.jit
-def _earlier(cnt_ptr, g, GB: tl.constexpr):
-    \"\"\"The counts [segments] summed over the segments before g.\"\"\"
-    total = g * 0
-{early_head}        i = g0 + tl.arange(0, GB)
-        total += tl.sum(tl.load(cnt_ptr + i, mask=i < g, other=0), axis=0)
-{early_tail}    return total
-
-
-@triton.jit
-def _emit(row, out, start, stop, thr, take, done, ties, P: tl.constexpr, PP: tl.constexpr,
-          BLOCK: tl.constexpr):
-    \"\"\"The pools of row[start:stop] above key thr, and those at it while the ties before them
-    number fewer than take, as P token ids each at out[done * P:] (done and ties: counted before
-    start); returns done after them.\"\"\"
-    t = tl.arange(0, PP)
-{emit_head}        j = j0 + tl.arange(0, BLOCK)
-        jm = j < stop
-        u = _ordered(tl.load(row + j, mask=jm, other=0.0))
-        eq = jm & (u == thr)
-        sel = jm & ((u > thr) | (eq & (ties + tl.cumsum(eq.to(tl.int32), axis=0) <= take)))
-        at = done + tl.cumsum(sel.to(tl.int32), axis=0) - 1
-        tl.store(out + at[:, None] * P + t[None, :], (j[:, None] * P + t[None, :]).to(tl.int32),
-                 mask=sel[:, None] & (t < P)[None, :])
-        done += tl.sum(sel.to(tl.int32), axis=0)
-        ties += tl.sum(eq.to(tl.int32), axis=0)
-{emit_tail}    return done
-
-
-@triton.jit
-def _finish(out, done, s, p, P: tl.constexpr, PP: tl.constexpr, TOPK: tl.constexpr,
-            TAIL: tl.constexpr, FILL: tl.constexpr):
-    \"\"\"-1 after the done selected pools' tokens, then the incomplete pool's visible tokens.\"\"\"
-    for c0 in tl.static_range(0, TOPK, FILL):
-        col = c0 + tl.arange(0, FILL)
-        tl.store(out + col, tl.full((FILL,), -1, tl.int32), mask=(col < TOPK) & (col >= done * P))
-    if TAIL:
-        t = tl.arange(0, PP)
-        count = tl.where(s >= 0, (p + 1) % P, 0)
-        tok = p + 1 - count + t
-        tl.store(out + TOPK + t, tl.where(t < count, tok, -1).to(tl.int32), mask=t < P - 1)
-'''
-
-
-def _keys_source() -> str:
-    loops = {"keys": ("start", "0", "n", "BLOCK"), "cand": ("c0", "0", "nc", "BLOCK"),
-             "early": ("g0", "0", "g", "GB"), "emit": ("j0", "start", "stop", "BLOCK")}
-    parts = {"top": TOP}
-    for key, (var, lo, hi, step) in loops.items():
-        parts[f"{key}_head"], parts[f"{key}_tail"] = runtime_loop(var, lo, hi, step, " " * 4)
-    return _KEYS.format(**parts)
-
-
-def _select_source(name: str, spec: DSASpec) -> str:
-    p, pp = spec.kpool, next_power_of_2(spec.kpool)
-    consts = (f"K: tl.constexpr = {spec.topk // p}, P: tl.constexpr = {p}, "
-              f"PP: tl.constexpr = {pp}, TOPK: tl.constexpr = {spec.topk},\n        "
-              f"TAIL: tl.constexpr = {spec.select_tail and p > 1}, "
-              f"FILL: tl.constexpr = {min(1024, next_power_of_2(spec.topk))}, "
-              f"SEG: tl.constexpr = {SEG}, TOP: tl.constexpr = {TOP}, "
-              f"NB: tl.constexpr = {1 << TOP}")
-    visible = pdl("    ") + '''    r = tl.program_id(0).to(tl.int64)
-    s = tl.load(slot_ptr + r)
-    p = tl.load(pos_ptr + r)
-    n = tl.where(s >= 0, tl.minimum((p + 1) // P, npools), 0).to(tl.int32)  # visible pools
-'''
-    return f'''
-@triton.jit
-def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, BLOCK: tl.constexpr,
-        {consts}):
-{visible}    row = sc_ptr + r * ssc
-    thr = n.to(tl.int64) * 0 - 1  # every key is above -1: a dense row takes all its pools
-    take = n * 0
-    if n > K:
-        thr, take = _kth_key(row, n, K, BLOCK)
-    done = _emit(row, out_ptr + r * so, 0, n, thr, take, n * 0, n * 0, P, PP, BLOCK)
-    _finish(out_ptr + r * so, done, s, p, P, PP, TOPK, TAIL, FILL)
-
-
-@triton.jit
-def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, ssc, npools, {consts}):
-{visible}    g = tl.program_id(1)
-    j = g * SEG + tl.arange(0, SEG)
-    if n > K:
-        _count(hist_ptr + r * NB, tl.load(sc_ptr + r * ssc + j, mask=j < n, other=0.0), j < n,
-               NB)
-
-
-@triton.jit
-def {name}_cands(sc_ptr, slot_ptr, pos_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr, cand_ptr,
-        ssc, scand, npools, rows_cap, segs_cap, {consts}):
-{visible}    g = tl.program_id(1)
-    if (n > K) & (g * SEG < n):  # dense rows (n <= K) take every pool: nothing to find
-        bins = tl.arange(0, NB)
-        hist = tl.load(hist_ptr + r * NB + bins)
-        at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
-        top = tl.max(tl.where(at_or_above >= K, bins, 0), axis=0)  # the K-th key's bin
-        j = g * SEG + tl.arange(0, SEG)
-        jm = j < n
-        u = _ordered(tl.load(sc_ptr + r * ssc + j, mask=jm, other=0.0)) >> (32 - TOP)
-        tl.store(sure_ptr + r * segs_cap + g, tl.sum((jm & (u > top)).to(tl.int32), axis=0))
-        cand = (jm & (u == top)).to(tl.int32)
-        at = tl.atomic_add(cnt_ptr + r, tl.sum(cand, axis=0)) + tl.cumsum(cand, axis=0) - 1
-        tl.store(cand_ptr + r * scand + at, j, mask=cand > 0)
-        # every thread's appends are written before the ticket; the row's last program finds
-        # the K-th key among the candidates and clears the row's scratch for the next step
-        tl.debug_barrier()
-        ticket = tl.atomic_add(cnt_ptr + rows_cap + r, 1, sem="acq_rel")
-        if ticket == (n + SEG - 1) // SEG - 1:
-            tl.debug_barrier()
-            nc = tl.atomic_add(cnt_ptr + r, 0)
-            thr, take = _kth_candidate(sc_ptr + r * ssc, cand_ptr + r * scand, nc, top,
-                                       K - tl.sum(tl.where(bins > top, hist, 0), axis=0), SEG)
-            tl.store(state_ptr + r * 3, thr)
-            tl.store(state_ptr + r * 3 + 1, take.to(tl.int64))
-            tl.store(state_ptr + r * 3 + 2, nc.to(tl.int64))
-            tl.store(hist_ptr + r * NB + bins, tl.zeros((NB,), tl.int32))
-            tl.store(cnt_ptr + r, 0)
-            tl.store(cnt_ptr + rows_cap + r, 0)
-
-
-@triton.jit
-def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, state_ptr, sure_ptr, cand_ptr, ssc, so,
-        scand, npools, segs_cap, GB: tl.constexpr, {consts}):
-{visible}    g = tl.program_id(1)
-    segs = (n + SEG - 1) // SEG
-    thr = n.to(tl.int64) * 0 - 1  # dense: every pool, those before this segment included
-    take = n * 0
-    done = g * SEG
-    ties = n * 0
-    if (n > K) & (g < segs):
-        thr = tl.load(state_ptr + r * 3)
-        take = tl.load(state_ptr + r * 3 + 1).to(tl.int32)
-        nc = tl.load(state_ptr + r * 3 + 2).to(tl.int32)
-        above, ties = _before(sc_ptr + r * ssc, cand_ptr + r * scand, nc, thr, g * SEG, SEG)
-        done = _earlier(sure_ptr + r * segs_cap, g, GB) + above + tl.minimum(ties, take)
-    if g < segs:
-        _emit(sc_ptr + r * ssc, out_ptr + r * so, g * SEG, tl.minimum(n, (g + 1) * SEG), thr,
-              take, done, ties, P, PP, SEG)
-    if g == 0:
-        _finish(out_ptr + r * so, tl.minimum(n, K), s, p, P, PP, TOPK, TAIL, FILL)
-'''
-
-
 def source(name: str, spec: DSASpec, header: str = "") -> str:
     pool, score, select = kernel_names(name)[:3]
     return (f"{comment(header)}import triton\nimport triton.language as tl\n\n"
-            f"{_pool_source(pool, spec)}\n{_score_source(score, spec)}\n{_keys_source()}\n"
-            f"{_select_source(select, spec)}")
+            f"{_pool_source(pool, spec)}\n{_score_source(score, spec)}\n"
+            f"{dsa_select.keys_source()}\n{dsa_select.source(select, spec)}")
 
 
 def score_blocks(rows: int, pools: int) -> int:
@@ -443,91 +159,18 @@ def score_blocks(rows: int, pools: int) -> int:
     return it
 
 
-def _need(ok: bool, what: str) -> None:
-    if not ok:
-        raise ValueError(what)
-
-
 def check(spec: DSASpec, keys: torch.Tensor, pooled: torch.Tensor,
           table: torch.Tensor | None = None) -> int:
     """Caches: keys [slots, S, 2d] (paged: a pool [blocks, PAGE, 2d] behind `table`) and pooled
     [slots, S // P, d], rows contiguous; returns S."""
     d = spec.head_dim
-    _need(keys.dim() == 3 and keys.shape[2] == 2 * d and keys.stride(2) == 1,
+    need(keys.dim() == 3 and keys.shape[2] == 2 * d and keys.stride(2) == 1,
           f"DSA key cache: [slots, S, {2 * d}], got {tuple(keys.shape)}")
     capacity = paging.table_args(spec.block_size, table, keys)[1]
-    _need(pooled.dim() == 3 and pooled.shape[1:] == (capacity // spec.kpool, d)
+    need(pooled.dim() == 3 and pooled.shape[1:] == (capacity // spec.kpool, d)
           and pooled.stride(2) == 1,
           f"DSA pooled keys: [slots, {capacity} // {spec.kpool}, {d}], got {tuple(pooled.shape)}")
     return capacity
-
-
-@dataclass(frozen=True)
-class Work:
-    """Scratch of up to max_rows rows: pool scores fp32 [rows, S // P]; for the segmented
-    select (else one element each): the top-bits histograms int32 [rows, 2^TOP], the
-    candidates' counts and the tickets int32 [2, rows] (all three zero between steps), the K-th
-    key, how many keys at it the top k hold and the candidates' count int64 [rows, 3], each
-    segment's keys above the K-th key's bin int32 [rows, segments] and the candidates (pool
-    indices) int32 [rows, S // P]."""
-    scores: torch.Tensor
-    hist: torch.Tensor
-    state: torch.Tensor
-    sure: torch.Tensor
-    counts: torch.Tensor
-    cands: torch.Tensor
-
-
-def scratch(max_rows: int, pooled: torch.Tensor) -> Work:
-    """Allocate once, outside captured launches; serves every indexer of this capacity."""
-    pools, dev = max(1, pooled.shape[1]), pooled.device
-    segs = segments(pools)
-    rows = max_rows if segs else 1
-    i32 = dict(dtype=torch.int32, device=dev)
-    return Work(torch.empty((max_rows, pools), dtype=torch.float32, device=dev),
-                torch.zeros((rows, 1 << TOP if segs else 1), **i32),
-                torch.empty((rows, 3), dtype=torch.int64, device=dev),
-                torch.empty((rows, max(1, segs)), **i32), torch.zeros((2, rows), **i32),
-                torch.empty((rows, pools if segs else 1), **i32))
-
-
-def _fits(spec: DSASpec, work: Work, out: torch.Tensor, rows: int, pools: int) -> None:
-    """The index and the scratch take `rows` rows over `pools` pools: checked before any
-    launch, as a score kernel that counted the histogram must be followed by the select that
-    clears it."""
-    _need(out.dtype == torch.int32 and out.shape[1] == spec.width and out.stride(1) == 1
-          and out.shape[0] >= rows,
-          f"DSA index: int32 [>= {rows}, {spec.width}], got {out.dtype} {tuple(out.shape)}")
-    sc, segs = work.scores, segments(pools)
-    _need(sc.shape[0] >= rows and sc.shape[1] >= pools and sc.stride(1) == 1,
-          f"DSA score scratch {tuple(sc.shape)} does not fit {rows} rows x {pools} pools")
-    _need(not segs or (work.hist.shape == (work.sure.shape[0], 1 << TOP)
-                       and work.counts.shape == (2, work.sure.shape[0])
-                       and work.sure.shape[0] >= rows and work.sure.shape[1] >= segs
-                       and work.cands.shape[1] >= pools),
-          f"DSA selection scratch does not fit {rows} rows x {pools} pools")
-
-
-def select(kernels, spec: DSASpec, *, work: Work, slot: torch.Tensor, pos: torch.Tensor,
-           out: torch.Tensor, rows: int, pools: int, counted: bool = False) -> None:
-    """Top-k of work.scores[:rows, :visible pools] (at most `pools`) into out [rows, width];
-    kernels: the four selection kernels of kernel_names, loaded; counted: the score kernel
-    has filled work.hist already (else the hist kernel does)."""
-    _fits(spec, work, out, rows, pools)
-    sc = work.scores
-    one, hist, cands, write = kernels
-    segs = segments(pools)  # fixed by the cache capacity: a captured launch stays valid
-    if not segs:
-        one[(rows,)](sc, slot, pos, out, sc.stride(0), out.stride(0), pools,
-                     BLOCK=SMALL_BLOCK, num_warps=SELECT_WARPS)
-        return
-    w, cap = work, work.sure.shape[1]
-    if not counted:
-        hist[(rows, segs)](sc, slot, pos, w.hist, sc.stride(0), pools, num_warps=WARPS)
-    cands[(rows, segs)](sc, slot, pos, w.hist, w.state, w.sure, w.counts, w.cands, sc.stride(0),
-                        w.cands.stride(0), pools, w.counts.shape[1], cap, num_warps=WARPS)
-    write[(rows, segs)](sc, slot, pos, out, w.state, w.sure, w.cands, sc.stride(0),
-                        out.stride(0), w.cands.stride(0), pools, cap, GB=GB, num_warps=WARPS)
 
 
 def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: torch.Tensor,
@@ -539,24 +182,24 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
     depend on rows and the capacity only."""
     capacity = check(spec, keys, pooled, block_table)
     table = paging.table_args(spec.block_size, block_table, keys)[0]
-    _need(tuple(ape.shape) == (spec.kpool, spec.head_dim) and ape.is_contiguous(),
+    need(tuple(ape.shape) == (spec.kpool, spec.head_dim) and ape.is_contiguous(),
           f"DSA ape: contiguous [{spec.kpool}, {spec.head_dim}]")
     if rows == 0:
         return
-    _fits(spec, work, out, rows, pooled.shape[1])
+    dsa_select.fits(spec, work, out, rows, pooled.shape[1])
     pool, score, *top = kernels
     pools = pooled.shape[1]
     pool[(rows,)](ki, gate, ape, slot, pos, keys, pooled, ki.stride(0), gate.stride(0),
                   keys.stride(0), keys.stride(1), pooled.stride(0), pooled.stride(1), capacity,
                   *table, num_warps=WARPS)
-    count = segments(pools) > 0  # the segmented select's histogram, as the scores are written
+    count = dsa_select.segments(pools) > 0  # the segmented select's histogram, with the scores
     it = score_blocks(rows, pools)
     score[(rows, cdiv(max(1, pools), BP * it))](
         qi, w, slot, pos, pooled, work.scores, work.hist, qi.stride(0), w.stride(0),
         pooled.stride(0), pooled.stride(1), work.scores.stride(0), pools, int(count), IT=it,
         num_warps=WARPS)
     try:
-        select(top, spec, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools,
+        dsa_select.select(top, spec, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools,
                counted=True)
     except BaseException:  # a launch that failed (say, its first compile) clears after it
         work.hist.zero_()
