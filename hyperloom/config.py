@@ -64,6 +64,9 @@ class Config:
         "help": "a GPU step of Python launches (prefill) replays its shape's first step's "
                 "compiled kernels on the same arguments, past Triton's argument binding (H200: "
                 "a 2048-token prefill issued in 0.74-0.80 ms, not 2.6-3.0; BENCHMARKS)"})
+    sms: int = field(default=132, metadata={
+        "help": "multiprocessors the launch tilings plan their waves for (H100 and H200 SXM: "
+                "132): GEMV tiles, split-KV and MLA decode splits, hc_pre's K splits"})
     compile_threads: int = field(default_factory=lambda: min(16, os.cpu_count() or 1), metadata={
         "help": "threads that compile a program's kernels ahead of its first step (Triton "
                 "releases the GIL while it compiles; 0: each kernel at its first launch)"})

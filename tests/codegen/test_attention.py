@@ -21,7 +21,6 @@ import pytest
 import torch
 
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters import attention as attention_emitter
 from hyperloom.codegen.emitters.attention import (
     MAX_SPLITS,
     AttentionSpec,
@@ -34,6 +33,7 @@ from hyperloom.codegen.emitters.attention import (
     source,
     splits,
 )
+from hyperloom.config import CONFIG
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, attention, dense
 from hyperloom.ir.state import StateStore, segments
@@ -379,7 +379,7 @@ def test_split_decode(gqa: tuple[int, int, int], block_size: int, max_splits: in
 def test_split_decode_fewer_splits_when_wide(sms: int, monkeypatch) -> None:
     # a wide step launches fewer splits than its scratch holds: 5 rows x 2 kv heads over
     # 4 * sms programs -> 1 or 2 of 4 splits, partials packed by the launched count
-    monkeypatch.setattr(attention_emitter, "SMS", sms)
+    monkeypatch.setattr(CONFIG, "sms", sms)
     step = Step(spec_for(*GQA[1]), SPLIT_SLOTS, SPLIT_POS, slots=4, capacity=300, seed=sms)
     step.check_cpu(seq_rows=1, part=step.scratch(4))
 

@@ -17,6 +17,7 @@ import torch
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
 from hyperloom.codegen.emitters.hc_pre import HCPreSpec, kernel_names, launch, scratch, source
+from hyperloom.config import CONFIG
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, hc
 from tests.tolerances import assert_close, assert_rel
@@ -96,7 +97,7 @@ OUTS = ["", "norm", "weight"]
 @pytest.mark.parametrize("sms", [132, 1])  # 1: fewer splits than K blocks, several per split
 @pytest.mark.parametrize("out", OUTS)
 def test_hc_pre(n: int, d: int, rows: int, sms: int, out: str, monkeypatch) -> None:
-    monkeypatch.setattr(hc_pre_emitter, "SMS", sms)
+    monkeypatch.setattr(CONFIG, "sms", sms)
     monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", WIDE)
     spec = _spec(n, d, out)
     case = Case(spec, rows, "cpu", torch.float32, strided=rows != 5, seed=100 * n + rows)
@@ -151,7 +152,7 @@ def test_wide_projection_runs_in_one_wave(rows: int) -> None:
     e = hc_pre_emitter
     spec = HCPreSpec(n=4, d=4096, norm_eps=1e-6, hc_eps=1e-6, iters=20)
     block, blocks, rows_pad, splits = e.layout(spec, rows, fused=False)
-    slots, k_blocks = e.PROJ_RESIDENT * e.SMS, 4 * 4096 // 128
+    slots, k_blocks = e.PROJ_RESIDENT * CONFIG.sms, 4 * 4096 // 128
     assert (block, blocks, rows_pad) == (e.PROJ_ROWS, -(-rows // block), blocks * block)
     assert blocks * splits <= max(slots, blocks), "more programs than one wave"
     assert splits == min(k_blocks, e.MAX_SPLITS) or blocks * (splits + 1) > slots, \

@@ -48,7 +48,6 @@ BLOCK_N = 64  # keys per iteration
 # against 12.7 / 21.5 / 52.7 with 32 keys, 8 warps, 3 stages and 32 splits
 SPLIT_N, SPLIT_WARPS, SPLIT_STAGES = 64, 4, 4
 MAX_SPLITS = 16  # key-range splits of a decode launch (8 kv heads, one row: 128 programs)
-SMS = 132  # H200 multiprocessors: a wide decode step takes fewer splits
 PREFILL_M = 64  # stacked (row, head) query rows per program for a prefill chunk
 # 2048-token prefill (32 x 128 heads, 8 kv heads) on the H200: 136 us at 64 rows, 4 warps, 2 stages
 # (141.6 at 3 stages, 136.2 at 128 rows and 8 warps); the unmasked loop below the diagonal took it
@@ -502,7 +501,7 @@ def launch_splits(most: int, rows: int, kv_heads: int) -> int:
     """The split count of a decode launch whose scratch holds `most`: fewer when rows x kv heads
     already fill the GPU (the partials stay packed per launch: the kernel indexes them by its
     own split count)."""
-    return min(most, max(1, cdiv(4 * SMS, rows * kv_heads)))
+    return min(most, max(1, cdiv(4 * CONFIG.sms, rows * kv_heads)))
 
 
 def capacity(spec: AttentionSpec, k_cache: torch.Tensor, v_cache: torch.Tensor,

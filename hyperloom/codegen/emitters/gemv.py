@@ -5,13 +5,12 @@ site's parts, whose partials rows must match the programs of the GEMM that write
 from __future__ import annotations
 
 from hyperloom.codegen.emitters.ints import cdiv
-
-SMS = 132  # H200 multiprocessors: the GEMV tiling wants a few programs on each
+from hyperloom.config import CONFIG
 
 
 def weight_rows(n: int) -> int:
     """Weight rows a GEMV program reads of n: 32 while that is one wave of programs, else 64."""
-    return 32 if cdiv(n, 32) <= SMS else 64
+    return 32 if cdiv(n, 32) <= CONFIG.sms else 64
 
 
 def site_block(d: int) -> int:

@@ -50,7 +50,6 @@ WIDE_ROWS = HC_WIDE_ROWS  # above this many rows: apply + gates (at 16 to 256 ro
 PROJ_ROWS, PROJ_WARPS, PROJ_STAGES = 64, 4, 3  # projection programs of apply + gates steps
 PROJ_RESIDENT = 2  # of those, programs a multiprocessor runs at once (H200: 256 ran as one wave)
 PROJ_K = 128  # X columns of a projection program's step
-SMS = 132  # H200 multiprocessors
 MAX_SPLITS = 128
 SPLIT_BLOCK = MAX_SPLITS  # splits whose partials a finish sums per load: all in one round
 ROW_TILE = 16384  # X elements of one row the one launch's finish loads at once
@@ -491,7 +490,7 @@ def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]
     block = PROJ_ROWS if wide else BLOCK_T
     blocks = cdiv(rows, block)
     k_blocks = spec.n * cdiv(spec.d, _blocks(spec)["BLOCK_K"])
-    programs = PROJ_RESIDENT * SMS // blocks if wide else cdiv(4 * SMS, blocks)
+    programs = PROJ_RESIDENT * CONFIG.sms // blocks if wide else cdiv(4 * CONFIG.sms, blocks)
     return block, blocks, blocks * block, max(1, min(k_blocks, MAX_SPLITS, programs))
 
 

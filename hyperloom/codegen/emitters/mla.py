@@ -58,7 +58,6 @@ MAX_BH = 32  # heads per attention program: acc [32, 512] fp32 is 64 registers a
 WIDE_BH = 64
 ATTEND_WARPS = 8
 MAX_SPLITS = 16
-SMS = 132  # H200 multiprocessors
 LOG2E = 1.4426950408889634
 DENSE_ROWS = MLA_DENSE_ROWS  # the plan counts the dense kernel's launch by the same rule
 # a dense program: DENSE_BM rows x DENSE_HB heads (M 64, the least a wgmma takes), DENSE_BN
@@ -356,7 +355,7 @@ def source(name: str, spec: MLASpec, header: str = "") -> str:
 
 def splits(spec: MLASpec, rows: int, max_splits: int = MAX_SPLITS) -> int:
     """Index chunks per row: enough programs to fill the GPU at this row count."""
-    want = cdiv(2 * SMS, max(1, rows) * spec.head_blocks)
+    want = cdiv(2 * CONFIG.sms, max(1, rows) * spec.head_blocks)
     return max(1, min(want, max_splits, cdiv(spec.width, BN)))
 
 
