@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from hyperloom.config import CONFIG
 from hyperloom.codegen.emitters import (
-    attention,
     elementwise,
     embedding,
     hc_post,
@@ -19,6 +18,7 @@ from hyperloom.codegen.emitters import (
     moe_router,
     norm,
 )
+from hyperloom.codegen.emitters.attention_spec import AttentionSpec
 from hyperloom.codegen.emitters.dsa_spec import DSASpec
 from hyperloom.errors import CodegenError
 from hyperloom.ir.derive import unpacked_shape
@@ -76,10 +76,10 @@ def embedding_spec(node: Node, types: dict) -> embedding.EmbeddingSpec:
                                    node.op is Op.EMBED_STREAMS)
 
 
-def attention_spec(node: Node, types: dict) -> attention.AttentionSpec:
+def attention_spec(node: Node, types: dict) -> AttentionSpec:
     at = node.attrs
     # ROPE_ATTENTION's KV cache is paged whenever the runtime pages (same knob, same value)
-    return attention.AttentionSpec(at.heads, at.kv_heads, at.head_dim, at.scale, rope=True,
+    return AttentionSpec(at.heads, at.kv_heads, at.head_dim, at.scale, rope=True,
                                    block_size=CONFIG.kv_block_size)
 
 

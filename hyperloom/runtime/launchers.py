@@ -13,6 +13,7 @@ from hyperloom.codegen import entry_spec
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import (
     attention,
+    attention_split,
     dsa,
     dsa_select,
     elementwise,
@@ -29,6 +30,7 @@ from hyperloom.codegen.emitters import (
     moe_router,
     norm,
 )
+from hyperloom.codegen.emitters.attention_spec import capacity as kv_capacity
 from hyperloom.codegen.specs import (
     attention_spec,
     dsa_spec,
@@ -220,11 +222,11 @@ def _attention(entry: KernelEntry, o: Operands, device) -> Launch:
     table = o.state.table if spec.block_size else None  # paged: the slots' block tables
     out = o[node.outs[0]]
     # split-KV decode partials: a decode step has one row per sequence, so at most one per slot
-    cap = attention.capacity(spec, kc, vc, table)
+    cap = kv_capacity(spec, kc, vc, table)
     max_rows = min(q.shape[0], (kc if table is None else table).shape[0])
     key = ("attention", spec, max_rows, cap)  # one buffer serves every layer of this shape
     if key not in o.scratch:
-        o.scratch[key] = attention.scratch(spec, max_rows, cap, device)
+        o.scratch[key] = attention_split.scratch(spec, max_rows, cap, device)
     part = o.scratch[key]
     return lambda rows, seq_rows: attention.launch(
         kerns, spec, q=q, k=k, v=v, pos=pos, slot=slot, inv_freq=inv, k_cache=kc, v_cache=vc,

@@ -21,18 +21,10 @@ import pytest
 import torch
 
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters.attention import (
-    MAX_SPLITS,
-    AttentionSpec,
-    kernel_names,
-    launch,
-    launch_attend,
-    launch_rope_kv,
-    launch_split,
-    scratch,
-    source,
-    splits,
-)
+from hyperloom.codegen.emitters.attention import (kernel_names, launch, launch_attend,
+                                                  launch_rope_kv, source)
+from hyperloom.codegen.emitters.attention_spec import AttentionSpec
+from hyperloom.codegen.emitters.attention_split import MAX_SPLITS, launch_split, scratch, splits
 from hyperloom.config import CONFIG
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, attention, dense
