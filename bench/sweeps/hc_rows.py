@@ -23,7 +23,7 @@ import torch
 
 from hyperloom.bench.scenarios import rel_err
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters import hc_pre
+from hyperloom.codegen.emitters import hc_pre, hc_pre_launch
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, hc
 
@@ -119,7 +119,7 @@ def reference(spec: hc_pre.HCPreSpec, o: dict) -> torch.Tensor:
 def _partials_err(spec: hc_pre.HCPreSpec, rows: int, o: dict, part: torch.Tensor) -> float:
     """The projection alone: its partials summed over the splits against X_flat @ fn^T."""
     j, jp = hc_pre.projections(spec)
-    _, _, rows_pad, nsplit = hc_pre.layout(spec, rows, fused=False)
+    _, _, rows_pad, nsplit = hc_pre_launch.layout(spec, rows, fused=False)
     m = part[:nsplit * rows_pad * jp].view(nsplit, rows_pad, jp).double().sum(0)[:rows, :j]
     return rel_err(m, o["x"].double().flatten(1) @ o["fn"].double().T)
 
@@ -135,11 +135,11 @@ def one(spec: hc_pre.HCPreSpec, rows: int, patch: dict, iters: int | None, dev, 
         kernels = tuple(load(src, k, dev) for k in hc_pre.kernel_names("sweep_hc"))
         if skip:
             kernels = kernels[:2] + (_Skip(),) * 3
-        part, count = hc_pre.scratch(spec, rows, dev)
+        part, count = hc_pre_launch.scratch(spec, rows, dev)
         o = operands(spec, rows, dev, dtype)
 
         def issue() -> None:
-            hc_pre.launch(kernels, spec, **o, part=part, count=count, rows=rows, fused=False)
+            hc_pre_launch.launch(kernels, spec, **o, part=part, count=count, rows=rows, fused=False)
 
         issue()
         if gates_alone:  # (one, proj, finish, gates, apply): the gates re-read the scratch

@@ -20,6 +20,7 @@ from hyperloom.codegen.emitters import (
     embedding,
     hc_post,
     hc_pre,
+    hc_pre_launch,
     kda,
     kda_chunk,
     kda_conv,
@@ -129,7 +130,7 @@ def _hc_pre_scratch(spec: hc_pre.HCPreSpec, x: torch.Tensor, o: Operands,
     """(partials, ticket counters): one pair serves every site of this shape in turn."""
     key = ("hc_pre", spec, x.shape[0])
     if key not in o.scratch:
-        o.scratch[key] = hc_pre.scratch(spec, x.shape[0], device)
+        o.scratch[key] = hc_pre_launch.scratch(spec, x.shape[0], device)
     return o.scratch[key]
 
 
@@ -171,11 +172,12 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
         if not entry.launches_at(rows):  # folded, or the embedding wrote its parts
             return
         if entry.formed and not entry.folded and rows <= NARROW_ROWS:
-            hc_pre.launch_parts(kparts, spec, x=x, fn=fn, part=part, parts=parts, block_n=block)
+            hc_pre_launch.launch_parts(kparts, spec, x=x, fn=fn, part=part, parts=parts,
+                                       block_n=block)
         else:
-            hc_pre.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y, post=post,
-                          comb=comb, part=part, count=count, rows=rows,
-                          fused=rows <= NARROW_ROWS, ow=ow[0] if ow else None)
+            hc_pre_launch.launch(kerns, spec, x=x, fn=fn, base=base, scale=scale, y=y,
+                                 post=post, comb=comb, part=part, count=count, rows=rows,
+                                 fused=rows <= NARROW_ROWS, ow=ow[0] if ow else None)
     return run
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters import hc_pre
+from hyperloom.codegen.emitters import hc_pre, hc_pre_launch
 from hyperloom.codegen.emitters.embedding import (EmbeddingSpec, launch, launch_parts, parts_name,
                                                   source)
 from hyperloom.codegen.emitters.gemv import site_block
@@ -75,7 +75,7 @@ def check_site_parts(d: int, inside: bool, device: str, dtype: torch.dtype) -> N
     table = (torch.randn(vocab, d, generator=gen) + 0.5).to(device, dtype)
     ids = torch.tensor([vocab // 2 if inside else vocab + 3], device=device)
     fn = (torch.randn((2 + n) * n, n * d, generator=gen) / d).to(device)
-    part, _ = hc_pre.scratch(site, 1, device)
+    part, _ = hc_pre_launch.scratch(site, 1, device)
     want_part, parts, want_parts = part.clone(), *(
         torch.full((2 * n, d), float("nan"), dtype=dtype, device=device) for _ in range(2))
     out = poisoned((1 + SLACK, n, d), torch.float32, device)
@@ -86,7 +86,7 @@ def check_site_parts(d: int, inside: bool, device: str, dtype: torch.dtype) -> N
     assert_close(out[:1].cpu(), want, torch.float32, "embedded streams")
     assert out[1:].isnan().all(), "rows past the one row were written"
     own = load(hc_pre.source("site", site), hc_pre.parts_name("site"), device, "site")
-    hc_pre.launch_parts(own, site, x=out, fn=fn, part=want_part, parts=want_parts,
+    hc_pre_launch.launch_parts(own, site, x=out, fn=fn, part=want_part, parts=want_parts,
                         block_n=site_block(d))
     at, nn = hc_pre.gram(site)
     used = at + hc_pre.site_programs(d) * nn

@@ -16,7 +16,9 @@ import torch
 
 from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
-from hyperloom.codegen.emitters.hc_pre import HCPreSpec, kernel_names, launch, scratch, source
+from hyperloom.codegen.emitters import hc_pre_launch
+from hyperloom.codegen.emitters.hc_pre import HCPreSpec, kernel_names, source
+from hyperloom.codegen.emitters.hc_pre_launch import launch, scratch
 from hyperloom.config import CONFIG
 from hyperloom.ir import ops
 from hyperloom.ir.semantics import Ctx, hc
@@ -151,7 +153,7 @@ def test_wide_projection_runs_in_one_wave(rows: int) -> None:
     # partial wave idled most of the GPU: 91 against 76 us at 4096 rows on the H200)
     e = hc_pre_emitter
     spec = HCPreSpec(n=4, d=4096, norm_eps=1e-6, hc_eps=1e-6, iters=20)
-    block, blocks, rows_pad, splits = e.layout(spec, rows, fused=False)
+    block, blocks, rows_pad, splits = hc_pre_launch.layout(spec, rows, fused=False)
     slots, k_blocks = e.PROJ_RESIDENT * CONFIG.sms, 4 * 4096 // 128
     assert (block, blocks, rows_pad) == (e.PROJ_ROWS, -(-rows // block), blocks * block)
     assert blocks * splits <= max(slots, blocks), "more programs than one wave"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hyperloom.codegen.emitters import hc_pre
+from hyperloom.codegen.emitters import hc_pre, hc_pre_launch
 from hyperloom.codegen.emitters.gemv import site_block, site_programs
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.text import comment, indent_block, pdl
@@ -115,14 +115,14 @@ def launch_parts(kernel, spec: EmbeddingSpec, *, ids: torch.Tensor, table: torch
                  out: torch.Tensor, fn: torch.Tensor, part: torch.Tensor,
                  parts: torch.Tensor) -> None:
     """A one-row step with spec.site (the `parts_name` kernel, loaded): row 0's streams into
-    out, the site's partials into part (hc_pre.scratch) and its stream parts into parts
-    ([2n, D], the forming GEMV's weight dtype), as hc_pre.launch_parts writes them."""
+    out, the site's partials into part (hc_pre_launch.scratch) and its stream parts into parts
+    ([2n, D], the forming GEMV's weight dtype), as hc_pre_launch.launch_parts writes them."""
     site = spec.site
     require(out.dim() == 3 and tuple(out.shape[1:]) == (site.n, site.d) and out.stride(-1) == 1
             and table.stride(-1) == 1,
             lambda: f"embedding streams: [rows, {site.n}, {site.d}] with a contiguous last dim, "
                     f"got {tuple(out.shape)}; table {tuple(table.shape)}")
-    hc_pre.check_parts(site, fn, part, parts)
+    hc_pre_launch.check_parts(site, fn, part, parts)
     kernel[(site_programs(site.d),)](ids, table, out, fn, part, parts, table.shape[0],
                                      table.stride(0), out.stride(1), fn.stride(0),
                                      BLOCK_N=site_block(site.d), num_warps=hc_pre.FUSED_WARPS)

@@ -1,6 +1,6 @@
 """mHC pre-site kernels: exactly `hyperloom.ir.semantics.hc.hc_pre`; one module, five kernels
 (`kernel_names`) run as one launch (`fused`: a decode step), two (up to WIDE_ROWS rows) or three
-(a prefill chunk).
+(a prefill chunk); `hc_pre_launch` lays them out, checks their operands and launches them.
 
 Inputs X fp32 [rows, n, D], fn [(2+n)*n, n*D] (bf16 or fp32), base fp32 [(2+n)*n], scale fp32 [3];
 outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), post fp32
@@ -32,16 +32,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-import torch
-
 from hyperloom.codegen.emitters.gemv import site_programs
 from hyperloom.codegen.emitters.hc_gates import (GATES, cells, comb, few_body, partial_sums,
                                                  put_cells, scale_y, sinkhorn_cells)
-from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
+from hyperloom.codegen.emitters.ints import next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, indent_block, pdl, wrap
 from hyperloom.config import CONFIG
-from hyperloom.errors import require, require_shape
 from hyperloom.passes.kernel_plan import HC_WIDE_ROWS
 
 BLOCK_T = 16  # rows per projection program of the one launch; tl.dot needs M >= 16
@@ -107,7 +104,7 @@ def kernel_names(name: str) -> tuple[str, ...]:
     return name, f"{name}_proj", f"{name}_finish", f"{name}_gates", f"{name}_apply"
 
 
-def _blocks(spec: HCPreSpec) -> dict[str, int]:
+def blocks(spec: HCPreSpec) -> dict[str, int]:
     d2 = next_power_of_2(spec.d)
     np2 = next_power_of_2(spec.n)
     j = (2 + spec.n) * spec.n  # projections: n pre, n post, n*n comb logits
@@ -135,7 +132,7 @@ def signature(spec: HCPreSpec) -> list[str]:
 
 
 def _constexprs(spec: HCPreSpec) -> list[str]:
-    b = _blocks(spec)
+    b = blocks(spec)
     vals = {"N": spec.n, "D": spec.d, "J": b["J"], "NP": b["NP"], "JP": b["JP"],
             "BLOCK_T": BLOCK_T, "BLOCK_P": PROJ_ROWS, "BLOCK_K": b["BLOCK_K"],
             "BLOCK_Y": b["BLOCK_Y"], "BLOCK_F": b["BLOCK_F"], "SB": SPLIT_BLOCK, "RB": GATE_ROWS,
@@ -146,7 +143,7 @@ def _constexprs(spec: HCPreSpec) -> list[str]:
 
 def finish_args(spec: HCPreSpec) -> list[str]:
     """`_finish_row`'s constexpr arguments after its runtime ones, as source literals."""
-    b = _blocks(spec)
+    b = blocks(spec)
     vals = [spec.n, spec.d, b["J"], b["NP"], b["JP"], SPLIT_BLOCK, b["BLOCK_Y"], spec.norm_eps,
             spec.hc_eps, spec.iters] + ([] if spec.out_eps is None else [spec.out_eps])
     return [repr(v) for v in vals]
@@ -154,7 +151,7 @@ def finish_args(spec: HCPreSpec) -> list[str]:
 
 def projections(spec: HCPreSpec) -> tuple[int, int]:
     """(J projections of a row, JP: their padded width, the partials' row length)."""
-    b = _blocks(spec)
+    b = blocks(spec)
     return b["J"], b["JP"]
 
 
@@ -211,15 +208,15 @@ def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
 def _tiled(spec: HCPreSpec) -> bool:
     """Whether the row-form finish walks its row in tiles where `_finish_row` holds it whole
     (then it needs `_finish_tiled`'s text; else it calls `_finish_row` with BLOCK_F)."""
-    b = _blocks(spec)
+    b = blocks(spec)
     return (b["BLOCK_F"] >= spec.d) != (b["BLOCK_Y"] >= spec.d)
 
 
 def finish_source(spec: HCPreSpec, name: str = "_finish_row", block: str = "BLOCK_Y") -> str:
     """The `_finish_row` helper (a GEMM that finishes the site it feeds includes it too), or
-    another `name` for X columns `_blocks(spec)[block]` at once (passed as its BLOCK_Y)."""
+    another `name` for X columns `blocks(spec)[block]` at once (passed as its BLOCK_Y)."""
     # passes over X: sum(x^2) for the stream norm, sum(y^2) for out_eps, then y
-    whole = _blocks(spec)[block] >= spec.d  # the row is one register tile: one X read
+    whole = blocks(spec)[block] >= spec.d  # the row is one register tile: one X read
     y = "y = tl.sum(pre[:, None] * x, axis=0)\n"
     load = "d = dd\n" + _LOAD_X if whole else ""
     head = (load + "sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
@@ -318,7 +315,7 @@ def _site_gates(part_ptr, splits, base_ptr, scale_ptr, post_ptr, comb_ptr, scomb
 
 def gates_args(spec: HCPreSpec) -> list[str]:
     """`_site_gates`'s constexpr arguments after its runtime ones, as source literals."""
-    b = _blocks(spec)
+    b = blocks(spec)
     return [repr(v) for v in (spec.n, spec.d, b["J"], b["JP"], SPLIT_BLOCK, spec.norm_eps,
                               spec.hc_eps, spec.iters)]
 
@@ -364,7 +361,7 @@ def _apply_body(spec: HCPreSpec) -> str:
     else a first pass; parked for the gates), its pre gates from the summed partials, then
     y = sum_i pre[i] * X[i] (its rms with out_eps), the streams loaded one vector each, so y
     needs no reduction across streams."""
-    whole = _blocks(spec)["BLOCK_Y"] >= spec.d
+    whole = blocks(spec)["BLOCK_Y"] >= spec.d
     xs = range(spec.n)
     load = "".join(f"x{i} = tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
                    for i in xs)
@@ -480,129 +477,3 @@ def source(name: str, spec: HCPreSpec, header: str = "") -> str:
             f"{finish_source(spec, '_finish_tiled', 'BLOCK_F') if _tiled(spec) else ''}\n"
             f"{_kernels_source(name, spec)}\n"
             f"{_parts_source(name, spec)}")
-
-
-def layout(spec: HCPreSpec, rows: int, fused: bool) -> tuple[int, int, int, int]:
-    """(rows a projection program, row blocks, rows_pad, K splits) of a launch: enough programs
-    for ~4 per multiprocessor; a wide step's as many as fit on the GPU at once (one wave: a
-    second, partial wave would leave most multiprocessors idle while it runs)."""
-    wide = rows > WIDE_ROWS and not fused
-    block = PROJ_ROWS if wide else BLOCK_T
-    blocks = cdiv(rows, block)
-    k_blocks = spec.n * cdiv(spec.d, _blocks(spec)["BLOCK_K"])
-    programs = PROJ_RESIDENT * CONFIG.sms // blocks if wide else cdiv(4 * CONFIG.sms, blocks)
-    return block, blocks, blocks * block, max(1, min(k_blocks, MAX_SPLITS, programs))
-
-
-def scratch(spec: HCPreSpec, max_rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(fp32 partials, int32 zeroed ticket counters) for any launch of up to max_rows rows; the
-    kernels leave the counters zeroed, so one pair serves every site in turn."""
-    jp = _blocks(spec)["JP"]
-    part = max((nsplit + 2) * rows_pad  # + 2: the gates' sums, sum(x^2)
-               for r in (*range(1, max_rows + 1, BLOCK_T), max_rows) for fused in (True, False)
-               for _, _, rows_pad, nsplit in [layout(spec, r, fused)]) * jp
-    return (torch.empty(part, dtype=torch.float32, device=device),
-            torch.zeros(cdiv(max_rows, BLOCK_T), dtype=torch.int32, device=device))
-
-
-def _check(spec: HCPreSpec, rows: int, **tensors: torch.Tensor) -> None:
-    """Every operand's shape (rows: at least `rows`), dtype and contiguous last dim, by name."""
-    n, d, j = spec.n, spec.d, (2 + spec.n) * spec.n
-    for name, shape in (("x", (n, d)), ("y", (d,)), ("post", (n,)), ("comb", (n, n))):
-        require_shape(f"hc_pre {name}", tensors[name], shape, rows)
-    for name, shape in (("fn", (j, n * d)), ("base", (j,)), ("scale", (3,))):
-        require_shape(f"hc_pre {name}", tensors[name], shape)
-    for name in ("x", "base", "scale", "post", "comb"):
-        require(tensors[name].dtype == torch.float32,
-                lambda: f"hc_pre {name}: float32, got {tensors[name].dtype}")
-
-
-def check_weight(spec: HCPreSpec, ow: torch.Tensor | None) -> None:
-    """The site norm's weight: [D], contiguous, given exactly when spec.out_weight."""
-    if not spec.out_weight:
-        require(ow is None, lambda: "hc_pre: a norm weight for a spec without one")
-        return
-    require(ow is not None, lambda: "hc_pre: the spec's norm weight (ow=) is missing")
-    require(tuple(ow.shape) == (spec.d,) and ow.is_contiguous(),
-            lambda: f"hc_pre norm weight: contiguous [{spec.d}], got {tuple(ow.shape)}")
-
-
-def launch_parts(kernel, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor,
-                 part: torch.Tensor, parts: torch.Tensor, block_n: int) -> None:
-    """One row's formed-site parts (the `parts_name` kernel, loaded): partials, Gram and stream
-    parts of x[0] into part (from scratch(spec, ...)) and parts ([2n, D], w's dtype), over
-    site_programs(d) programs of block_n columns, as the GEMV after the site sums them."""
-    require_shape("hc_pre x", x, (spec.n, spec.d), 1)
-    require(x.dtype == torch.float32, lambda: f"hc_pre x: float32, got {x.dtype}")
-    check_parts(spec, fn, part, parts)
-    require(site_programs(spec.d) * block_n >= spec.d,
-            lambda: f"hc_pre parts: {site_programs(spec.d)} programs of {block_n} columns "
-                    f"do not cover {spec.d}")
-    kernel[(site_programs(spec.d),)](x, fn, part, parts, x.stride(1), fn.stride(0),
-                                     BLOCK_N=block_n, num_warps=FUSED_WARPS)
-
-
-def check_parts(spec: HCPreSpec, fn: torch.Tensor, part: torch.Tensor,
-                parts: torch.Tensor) -> None:
-    """A one-row site's parts kernel's operands: fn, the partials (with its Gram rows) and the
-    stream parts [2n, D], each named with the shape it needs."""
-    require_shape("hc_pre fn", fn, ((2 + spec.n) * spec.n, spec.n * spec.d))
-    check_partials(spec, part)
-    check_stream_parts(spec, parts)
-
-
-def check_partials(spec: HCPreSpec, part: torch.Tensor) -> None:
-    """A one-row site's partials: one row a site program, then its Gram rows."""
-    at, nn = gram(spec)
-    need = at + site_programs(spec.d) * nn
-    require(part.numel() >= need,
-            lambda: f"site partials: >= {need} floats, got {part.numel()}")
-
-
-def check_stream_parts(spec: HCPreSpec, parts: torch.Tensor | None) -> None:
-    """A one-row site's stream parts: contiguous [2n, D] (matmul.site_parts)."""
-    require(parts is not None and tuple(parts.shape) == (2 * spec.n, spec.d)
-            and parts.is_contiguous(),
-            lambda: f"site stream parts: contiguous [{2 * spec.n}, {spec.d}] (site_parts), got "
-                    f"{None if parts is None else tuple(parts.shape)}")
-
-
-def launch(kernels, spec: HCPreSpec, *, x: torch.Tensor, fn: torch.Tensor, base: torch.Tensor,
-           scale: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
-           part: torch.Tensor, count: torch.Tensor, rows: int, fused: bool,
-           ow: torch.Tensor | None = None) -> None:
-    """kernels: the five of kernel_names(name), loaded; part, count: from scratch(spec, >=
-    rows). fused: one launch whose last program per row block finishes its rows in turn (the
-    faster form for one row), else the projection and a finish program per row, or above
-    WIDE_ROWS rows the projection, an apply program per row and gates over row blocks.
-    ow: the site norm's weight [D] (spec.out_weight)."""
-    _check(spec, rows, x=x, fn=fn, base=base, scale=scale, y=y, post=post, comb=comb)
-    check_weight(spec, ow)
-    if rows == 0:
-        return
-    one, proj, finish, gates, apply = kernels
-    b = _blocks(spec)
-    block, row_blocks, rows_pad, nsplit = layout(spec, rows, fused)
-    need = (nsplit + 2) * rows_pad * b["JP"]
-    require(part.numel() >= need and count.numel() >= row_blocks,
-            lambda: f"hc_pre scratch for {rows} rows: partials >= {need} and counters >= "
-                    f"{row_blocks}, got {part.numel()} and {count.numel()} (scratch(spec, "
-                    f">= {rows}) allocates them)")
-    kb_split = cdiv(spec.n * cdiv(spec.d, b["BLOCK_K"]), nsplit)
-    args = (x, fn, base, scale, y, post, comb, part, rows, rows_pad, nsplit, kb_split,
-            x.stride(0), x.stride(1), fn.stride(0), y.stride(0), post.stride(0), comb.stride(0),
-            comb.stride(1)) + ((ow,) if spec.out_weight else ())
-    if fused:
-        one[(row_blocks, nsplit)](*args, count, num_warps=FUSED_WARPS)
-        return
-    few = block == BLOCK_T and rows <= FEW_ROWS
-    proj[(row_blocks, nsplit)](*args, BLOCK_P=block, SS=few, num_warps=PROJ_WARPS,
-                               num_stages=PROJ_STAGES)
-    if few:
-        finish[(rows,)](*args, FEW=True, num_warps=FEW_WARPS)
-        return
-    if block == BLOCK_T:
-        finish[(rows,)](*args, num_warps=FINISH_WARPS)
-        return
-    apply[(rows,)](*args, num_warps=APPLY_WARPS)
-    gates[(cdiv(rows, GATE_ROWS),)](*args, num_warps=GATE_WARPS)

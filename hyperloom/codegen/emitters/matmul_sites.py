@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hyperloom.codegen.emitters import hc_pre
+from hyperloom.codegen.emitters import hc_pre, hc_pre_launch
 from hyperloom.codegen.emitters.gemv import site_programs
 from hyperloom.codegen.emitters.ints import next_power_of_2
 from hyperloom.codegen.emitters.text import wrap
@@ -80,7 +80,7 @@ def form_result(spec: MatmulSpec, accs: list[str]) -> list[str]:
 @dataclass(frozen=True)
 class Site:
     """The operands of the hc_pre a site-feeding GEMM finishes (spec.site): its weights, its
-    outputs and its scratch (hc_pre.scratch: partials, zeroed ticket counters)."""
+    outputs and its scratch (hc_pre_launch.scratch: partials, zeroed ticket counters)."""
 
     fn: torch.Tensor
     base: torch.Tensor
@@ -139,17 +139,17 @@ def bind_site(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra:
     """Bind spec.site's operands; a one-row step finishes the site (SITE), or writes its
     partials and stream parts for the GEMV that forms it, which sums one row a program."""
     require(site is not None, "a site-feeding GEMM needs its site's operands")
-    hc_pre.check_weight(spec.site, site.ow)
+    hc_pre_launch.check_weight(spec.site, site.ow)
     bound |= site.bound()
     extra["SITE"] = finishes_site(spec, rows)
     if not extra["SITE"]:
         return
     if spec.site_parts:  # the GEMV after the site sums one partials row a site program
-        hc_pre.check_stream_parts(spec.site, site.parts)
+        hc_pre_launch.check_stream_parts(spec.site, site.parts)
         require(grid[0] == site_programs(spec.site.d),
                 lambda: f"site partials: {grid[0]} programs, the GEMV after the site sums "
                         f"{site_programs(spec.site.d)}")
-        hc_pre.check_partials(spec.site, site.part)
+        hc_pre_launch.check_partials(spec.site, site.part)
         return
     need = grid[0] * hc_pre.projections(spec.site)[1]
     require(site.part.numel() >= need,
@@ -165,7 +165,7 @@ def bind_form(spec: MatmulSpec, rows: int, grid: tuple[int], bound: dict, extra:
     extra["FORM"] = int(folds(rows))
     if not extra["FORM"]:
         return grid
-    hc_pre.check_stream_parts(spec.site_in, site_in.parts)
-    hc_pre.check_partials(spec.site_in, site_in.part)
+    hc_pre_launch.check_stream_parts(spec.site_in, site_in.parts)
+    hc_pre_launch.check_partials(spec.site_in, site_in.part)
     bound |= {"x_ptr": site_in.parts, "sx_t": site_in.parts.stride(0)}
     return (grid[0] + 1,)
