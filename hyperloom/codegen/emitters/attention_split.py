@@ -1,7 +1,8 @@
 """Split-KV decode attention: {name}_split, one launch a layer that also does rope_kv's work
-for its rows (see `attention` for the kernels' shared contract).
+for its rows (`attention` emits it beside its other kernels; `attention_spec` holds what they
+share).
 
-{name}_split: the same as {name} for a decode step (one row per sequence), split-KV: grid (rows,
+{name}_split: the same as `attention`'s {name} for a decode step (one row per sequence), split-KV: grid (rows,
 kv_heads, splits), program s takes one chunk of the row's keys (chunk: pos + 1 keys over
 `splits`, whole SPLIT_N blocks, computed on device) and stores fp32 partials (m, l, acc) to a
 scratch buffer; programs past the row's keys exit. Each then takes a ticket from its (row, kv
@@ -189,7 +190,7 @@ def launch_split(kernel, spec: AttentionSpec, *, q: torch.Tensor, k: torch.Tenso
                  block_table: torch.Tensor | None = None) -> None:
     """Decode (one row per sequence, at most one row a slot): RoPE of q and k, the KV write
     and attention split over the key range, in one launch. kernel = the split kernel of
-    kernel_names, loaded; q, k, v as rope_kv takes them; part = scratch(spec, >= rows,
+    attention.kernel_names, loaded; q, k, v as rope_kv takes them; part = scratch(spec, >= rows,
     capacity)."""
     table, capacity = cache_table(spec, block_table, k_cache, v_cache)
     if rows == 0:
