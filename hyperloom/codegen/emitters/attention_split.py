@@ -2,13 +2,13 @@
 for its rows (`attention` emits it beside its other kernels; `attention_spec` holds what they
 share).
 
-{name}_split: the same as `attention`'s {name} for a decode step (one row per sequence), split-KV: grid (rows,
-kv_heads, splits), program s takes one chunk of the row's keys (chunk: pos + 1 keys over
-`splits`, whole SPLIT_N blocks, computed on device) and stores fp32 partials (m, l, acc) to a
-scratch buffer; programs past the row's keys exit. Each then takes a ticket from its (row, kv
-head) counter; the last one resets it and merges (rescales and sums) the partials of every head
-of its group. `splits` is fixed by the cache capacity (`scratch`), not the length, so a captured
-launch stays valid as sequences grow.
+{name}_split: the same as `attention`'s {name} for a decode step (one row per sequence),
+split-KV: grid (rows, kv_heads, splits), program s takes one chunk of the row's keys (chunk:
+pos + 1 keys over `splits`, whole SPLIT_N blocks, computed on device) and stores fp32 partials
+(m, l, acc) to a scratch buffer; programs past the row's keys exit. Each then takes a ticket
+from its (row, kv head) counter; the last one resets it and merges (rescales and sums) the
+partials of every head of its group. `splits` is fixed by the cache capacity (`scratch`), not
+the length, so a captured launch stays valid as sequences grow.
 """
 
 from __future__ import annotations
