@@ -133,7 +133,8 @@ def knobs(items: list[str]) -> dict[str, object]:
         try:
             out[name] = kind(value)
         except ValueError:
-            raise ValueError(f"--set {item!r}: {name} takes a {kind.__name__}") from None
+            article = "an" if kind.__name__[0] in "aeiou" else "a"
+            raise ValueError(f"--set {item!r}: {name} takes {article} {kind.__name__}") from None
     return out
 
 

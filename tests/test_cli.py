@@ -125,7 +125,7 @@ def test_dump_dir_knob_dumps_any_compile(tmp_path):
 @pytest.mark.parametrize("item, needle", [
     ("kv_block_size", "want KNOB=VALUE"),
     ("no_such_knob=1", "want KNOB=VALUE"),
-    ("kv_block_size=big", "kv_block_size takes a int"),
+    ("kv_block_size=big", "kv_block_size takes an int"),
     ("interpret=maybe", "interpret takes true/false"),
 ])
 def test_set_rejects_bad_knobs(capsys, item, needle):
