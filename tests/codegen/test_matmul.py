@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from hyperloom.codegen.cache import load
+from hyperloom.codegen.emitters.hc_pre import HCPreSpec, gram, projections
 from hyperloom.codegen.emitters.kda_gate import KDAGateSpec
 from hyperloom.codegen.emitters.matmul import (
     MEAN_ROWS,
@@ -425,6 +426,18 @@ def test_paths_by_rows():
     for rows in (1, 16):  # GEMV tiling: one row block holds every row, so w is read once
         assert tiles(spec, rows).block_m >= 16 and tiles(spec, rows).group_m == 1
     assert tiles(spec, 17).block_m >= 64 and tiles(spec, 512).block_m == 128
+
+
+def test_gemv_tiling_follows_the_sms_knob():
+    """The memoized tilings key on the `sms` knob: 128 programs of 32 weight rows fill one
+    wave of 132 multiprocessors, 64 do not (64 rows a program then), and a formed site's
+    partials (hc_pre.gram) count the same programs."""
+    spec = spec_for(4096, 4096, "none", "store")
+    site = HCPreSpec(n=4, d=4096, norm_eps=1e-6, hc_eps=1e-6, iters=20)
+    assert tiles(spec, 1).block_n == 32 and gram(site)[0] == 128 * projections(site)[1]
+    with overrides(sms=64):
+        assert tiles(spec, 1).block_n == 64 and gram(site)[0] == 64 * projections(site)[1]
+    assert tiles(spec, 1).block_n == 32 and gram(site)[0] == 128 * projections(site)[1]
 
 
 def test_source_is_deterministic_and_carries_the_header():

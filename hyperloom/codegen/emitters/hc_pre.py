@@ -254,11 +254,16 @@ def {name}(row, x_ptr, base_ptr, scale_ptr, y_ptr, post_ptr, comb_ptr, part_ptr,
 {indent_block(body, 4)}'''
 
 
-@functools.lru_cache(maxsize=256)  # every launch of a formed site's GEMVs asks
 def gram(spec: HCPreSpec) -> tuple[int, int]:
     """(offset, row length) of the streams' Gram partials in a formed site's partials buffer:
     after its site_programs(d) rows of projection partials, one row of next_power_of_2(n *
     n) floats a program."""
+    return _gram(spec, CONFIG.sms)
+
+
+@functools.lru_cache(maxsize=256)  # every launch of a formed site's GEMVs asks
+def _gram(spec: HCPreSpec, sms: int) -> tuple[int, int]:
+    """gram(spec) under the `sms` knob's value (site_programs reads it)."""
     return site_programs(spec.d) * projections(spec)[1], next_power_of_2(spec.n * spec.n)
 
 

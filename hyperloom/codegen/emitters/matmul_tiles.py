@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from hyperloom.codegen.emitters.gemv import weight_rows
 from hyperloom.codegen.emitters.ints import next_power_of_2
+from hyperloom.config import CONFIG
 from hyperloom.passes.kernel_plan import GEMV_ROWS
 
 if TYPE_CHECKING:
@@ -29,9 +30,14 @@ class Tiles:
     gemv: bool = False  # the GEMV tiling: every row in one block (GEMV constexpr of the kernel)
 
 
-@functools.lru_cache(maxsize=4096)  # every launch asks: memoized, as launch cost is host time
 def tiles(spec: MatmulSpec, rows: int, x_bytes: int = 2, w_bytes: int = 2) -> Tiles:
     """Block sizes for `rows` rows of `x_bytes`-wide x and `w_bytes`-wide w."""
+    return _tiles(spec, rows, x_bytes, w_bytes, CONFIG.sms)
+
+
+@functools.lru_cache(maxsize=4096)  # every launch asks: memoized, as launch cost is host time
+def _tiles(spec: MatmulSpec, rows: int, x_bytes: int, w_bytes: int, sms: int) -> Tiles:
+    """tiles(...) under the `sms` knob's value (a memo key, as the GEMV tiling reads it)."""
     k_max = max(16, next_power_of_2(spec.k))
     if rows <= GEMV_ROWS:
         # GEMV: one 16-row block (the smallest tensor-core M) holds every row, so each weight
