@@ -1,23 +1,23 @@
 """DSA kernel scenario (issue 7): one decode step of one DSA layer, B sequences at context C each,
-through the indexer (`codegen.emitters.dsa`: key write + pooling, pool scores, radix top-k
-select + expansion) and the absorbed sparse MLA (`emitters.mla`: latent write + absorbed query,
-split attention over the selected tokens, merge + value projection), launched as the runtime's
-launchers launch them. The caches are written with torch for context C, not by a C-token
+through the indexer (`codegen.emitters.dsa`: key write + pooling, pool scores; `dsa_select`: radix
+top-k select + expansion) and the absorbed sparse MLA (`emitters.mla`: latent write + absorbed
+query, split attention over the selected tokens, merge + value projection), launched as the
+runtime's launchers launch them. The caches are written with torch for context C, not by a C-token
 prefill: random token keys, gates and latents, and the pooled keys of the complete pools by the
-reference formula (`ir.semantics.dsa.pool_keys`). Before anything is timed the step is checked:
-the selection against `semantics.dsa.dsa_index` as sets (a pool in one set only must score
-within the tolerance of the k-th score: torch.topk orders near-ties arbitrarily), the attention
-against `semantics.attention.mla_attention` on the kernels' own selection (fp32, over a cache of
-just the selected latents). Sizes: the model's first DSA layer; without one, GLM-5.3-Flash's on
-a GPU and GLM tiny's on the interpreter.
+reference formula (`ir.semantics.dsa.pool_keys`). Before anything is timed the step is checked: the
+selection against `semantics.dsa.dsa_index` as sets (a pool in one set only must score within the
+tolerance of the k-th score: torch.topk orders near-ties arbitrarily), the attention against
+`semantics.attention.mla_attention` on the kernels' own selection (fp32, over a cache of just the
+selected latents). Sizes: the model's first DSA layer; without one, GLM-5.3-Flash's on a GPU and GLM
+tiny's on the interpreter.
 
 Work is bytes. The indexer's floor: each row's visible pooled keys read once (C // P + 1 pools at
-most, x d), its query and head weights, its key and gate written. The attend kernel's: the
-selected latent rows gathered (topk + tail, whatever C) and the absorbed query. The step's: the
-indexer's, the gathered latents, kv_b_proj once, the rows' q and c read, latent and out written.
-On a GPU each timed graph walks `copies` copies of the caches and of kv_b_proj, a step on each,
-so no step finds its pooled keys, latents or weights in L2 (in a model the other layers evict
-them); the whole step and each kernel group are timed in graphs of their own."""
+most, x d), its query and head weights, its key and gate written. The attend kernel's: the selected
+latent rows gathered (topk + tail, whatever C) and the absorbed query. The step's: the indexer's,
+the gathered latents, kv_b_proj once, the rows' q and c read, latent and out written. On a GPU each
+timed graph walks `copies` copies of the caches and of kv_b_proj, a step on each, so no step finds
+its pooled keys, latents or weights in L2 (in a model the other layers evict them); the whole step
+and each kernel group are timed in graphs of their own."""
 
 from __future__ import annotations
 
