@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hyperloom.ir.ops import Op
+from hyperloom.ir.state_decls import state_decls
 from hyperloom.ir.types import StateDecl, TensorType
 
 
@@ -81,10 +82,9 @@ class Graph:
         return types
 
     def states(self) -> tuple[StateDecl, ...]:
-        from hyperloom.ir.signatures import state_decls  # signatures types nodes: import late
-
         types = self.value_types()
-        return tuple(s for n in self.nodes for s in state_decls(n, [types[a] for a in n.args]))
+        return tuple(s for n in self.nodes
+                     for s in state_decls(n.op, n.attrs, [types[a] for a in n.args]))
 
     def users(self) -> dict[str, list[Node]]:
         out: dict[str, list[Node]] = {}

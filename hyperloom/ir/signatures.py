@@ -1,12 +1,11 @@
-"""Type rules of every op: operand arity, shape and dtype checks, result types, and the
-per-sequence state a stateful op declares. The builder and the verifier both call `infer`.
+"""Type rules of every op: operand arity, shape and dtype checks and result types (the state a
+stateful op declares: `state_decls`). The builder and the verifier both call `infer`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import sympy
 
@@ -14,10 +13,7 @@ from hyperloom.errors import IRError
 from hyperloom.ir import ops
 from hyperloom.ir.derive import derived_type, unpacked_shape
 from hyperloom.ir.ops import Op
-from hyperloom.ir.types import DType, S, StateDecl, StateKind, TensorType, promote
-
-if TYPE_CHECKING:
-    from hyperloom.ir.graph import Node
+from hyperloom.ir.types import DType, TensorType, promote
 
 Types = Sequence[TensorType]
 F32 = DType.F32
@@ -384,27 +380,3 @@ def infer(op: Op, attrs: object, args: Types) -> tuple[TensorType, ...]:
     _need(len(args) in sig.arity, f"{op.value} takes {' or '.join(map(str, sig.arity))} operands, "
           f"got {len(args)}")
     return sig.infer(args, attrs)
-
-
-def state_decls(node: Node, args: Types) -> tuple[StateDecl, ...]:
-    """The per-sequence state `node` reads and writes (empty for stateless ops)."""
-    at, tok, fixed = node.attrs, StateKind.TOKEN, StateKind.FIXED
-    if node.op in (Op.ATTENTION, Op.ROPE_ATTENTION):
-        kv = TensorType.make(args[1].dtype, S, at.kv_heads, at.head_dim)
-        return (StateDecl(at.state + ".k", tok, kv), StateDecl(at.state + ".v", tok, kv))
-    if node.op is Op.MLA_ATTENTION:
-        return (StateDecl(at.state + ".latent", tok, args[1].with_shape(S, at.kv_lora_rank)),)
-    if node.op is Op.DSA_INDEX:
-        # pooled: each complete pool's compressed key, computed once when the pool completes
-        # (the reference recomputes them from .keys and leaves this alone)
-        pools = args[2].with_shape(sympy.floor(S / at.kpool), at.head_dim)
-        return (StateDecl(at.state + ".keys", tok, args[2].with_shape(S, 2 * at.head_dim)),
-                StateDecl(at.state + ".pooled", tok, pools))
-    if node.op is Op.KDA_CONV:
-        window = TensorType.make(F32, 3 * args[0].shape[1], at.kernel - 1)
-        return (StateDecl(at.state + ".conv", fixed, window),)
-    if node.op is Op.KDA:
-        # each head's S [dk, dv] stored transposed: a column of S is contiguous
-        rec = TensorType.make(F32, at.heads, at.head_dim, at.head_dim)
-        return (StateDecl(at.state + ".recurrent", fixed, rec),)
-    return ()

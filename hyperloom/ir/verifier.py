@@ -12,7 +12,8 @@ from hyperloom.ir import ops
 from hyperloom.ir.derive import derived_type
 from hyperloom.ir.graph import Derived, Graph, Node
 from hyperloom.ir.printer import context
-from hyperloom.ir.signatures import infer, state_decls
+from hyperloom.ir.signatures import infer
+from hyperloom.ir.state_decls import state_decls
 
 _ATTR_TYPES = {"int": (int,), "float": (float,), "bool": (bool,), "str": (str,)}
 
@@ -57,7 +58,7 @@ def _check_node(node: Node, types: dict, states: set[str]) -> None:
     if len(got) != len(node.outs) or got != node.types:
         have = ", ".join(map(str, node.types))
         raise IRError(f"declared types [{have}] but the operands give [{', '.join(map(str, got))}]")
-    for s in state_decls(node, args):
+    for s in state_decls(node.op, node.attrs, args):
         if s.name in states:
             raise IRError(f"state ${s.name} is used by two nodes")
         states.add(s.name)

@@ -15,7 +15,7 @@ from hyperloom.errors import InputError
 from hyperloom.ir.engine import Engine
 from hyperloom.ir.graph import Graph
 from hyperloom.ir.ops import Op
-from hyperloom.ir.signatures import state_decls
+from hyperloom.ir.state_decls import state_decls
 from hyperloom.ir.state import StateStore
 from hyperloom.ir.types import DType, S, StateDecl
 from hyperloom.passes.kernel_plan import EMITTER_OF
@@ -83,7 +83,7 @@ def _storage(graph: Graph) -> tuple[StateDecl, ...]:
     which stays fp32 (their reference semantics compute in fp32)."""
     types, out = graph.value_types(), []
     for node in graph.nodes:
-        decls = state_decls(node, [types[a] for a in node.args])
+        decls = state_decls(node.op, node.attrs, [types[a] for a in node.args])
         if node.op not in EMITTER_OF:
             decls = tuple(dataclasses.replace(d, type=d.type.with_dtype(DType.F32))
                           if d.type.dtype.is_float else d for d in decls)
