@@ -22,11 +22,12 @@ from __future__ import annotations
 import torch
 
 from hyperloom.codegen.emitters import dsa_select, paging
-from hyperloom.codegen.emitters.dsa_select import Work, need
+from hyperloom.codegen.emitters.dsa_select import Work
 from hyperloom.codegen.emitters.dsa_spec import DSASpec
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
+from hyperloom.errors import require
 
 BP = 64  # pools per block of a score program; IT blocks a program (score_blocks)
 SCORE_PROGRAMS, MAX_IT = 2048, 8  # a launch's programs, once rows x blocks exceed them
@@ -164,12 +165,13 @@ def check(spec: DSASpec, keys: torch.Tensor, pooled: torch.Tensor,
     """Caches: keys [slots, S, 2d] (paged: a pool [blocks, PAGE, 2d] behind `table`) and pooled
     [slots, S // P, d], rows contiguous; returns S."""
     d = spec.head_dim
-    need(keys.dim() == 3 and keys.shape[2] == 2 * d and keys.stride(2) == 1,
-          f"DSA key cache: [slots, S, {2 * d}], got {tuple(keys.shape)}")
+    require(keys.dim() == 3 and keys.shape[2] == 2 * d and keys.stride(2) == 1,
+            lambda: f"DSA key cache: [slots, S, {2 * d}], got {tuple(keys.shape)}")
     capacity = paging.table_args(spec.block_size, table, keys)[1]
-    need(pooled.dim() == 3 and pooled.shape[1:] == (capacity // spec.kpool, d)
-          and pooled.stride(2) == 1,
-          f"DSA pooled keys: [slots, {capacity} // {spec.kpool}, {d}], got {tuple(pooled.shape)}")
+    require(pooled.dim() == 3 and pooled.shape[1:] == (capacity // spec.kpool, d)
+            and pooled.stride(2) == 1,
+            lambda: f"DSA pooled keys: [slots, {capacity} // {spec.kpool}, {d}], got "
+                    f"{tuple(pooled.shape)}")
     return capacity
 
 
@@ -182,8 +184,8 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
     depend on rows and the capacity only."""
     capacity = check(spec, keys, pooled, block_table)
     table = paging.table_args(spec.block_size, block_table, keys)[0]
-    need(tuple(ape.shape) == (spec.kpool, spec.head_dim) and ape.is_contiguous(),
-          f"DSA ape: contiguous [{spec.kpool}, {spec.head_dim}]")
+    require(tuple(ape.shape) == (spec.kpool, spec.head_dim) and ape.is_contiguous(),
+            lambda: f"DSA ape: contiguous [{spec.kpool}, {spec.head_dim}]")
     if rows == 0:
         return
     dsa_select.fits(spec, work, out, rows, pooled.shape[1])
@@ -199,8 +201,8 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
         pooled.stride(0), pooled.stride(1), work.scores.stride(0), pools, int(count), IT=it,
         num_warps=WARPS)
     try:
-        dsa_select.select(top, spec, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools,
-               counted=True)
+        dsa_select.launch_select(top, work=work, slot=slot, pos=pos, out=out, rows=rows,
+                                 pools=pools, counted=True)
     except BaseException:  # a launch that failed (say, its first compile) clears after it
         work.hist.zero_()
         work.counts.zero_()

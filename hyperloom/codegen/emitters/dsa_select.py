@@ -29,6 +29,7 @@ from hyperloom.codegen.emitters.dsa_spec import DSASpec
 from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import pdl
+from hyperloom.errors import require
 
 # a cache of up to SMALL_POOLS pools selects in one program a row, SMALL_BLOCK scores an
 # iteration (on the H200 8.4 us at 1024 pools); larger ones in segments of SEG pools, one
@@ -286,12 +287,6 @@ def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, state_ptr, sure_ptr, cand_p
 '''
 
 
-def need(ok: bool, what: str) -> None:
-    """Raise ValueError(what) unless ok: the indexer's checks of caches and scratch."""
-    if not ok:
-        raise ValueError(what)
-
-
 @dataclass(frozen=True)
 class Work:
     """Scratch of up to max_rows rows: pool scores fp32 [rows, S // P]; for the segmented
@@ -325,17 +320,19 @@ def fits(spec: DSASpec, work: Work, out: torch.Tensor, rows: int, pools: int) ->
     """The index and the scratch take `rows` rows over `pools` pools: checked before any
     launch, as a score kernel that counted the histogram must be followed by the select that
     clears it."""
-    need(out.dtype == torch.int32 and out.shape[1] == spec.width and out.stride(1) == 1
-          and out.shape[0] >= rows,
-          f"DSA index: int32 [>= {rows}, {spec.width}], got {out.dtype} {tuple(out.shape)}")
+    require(out.dtype == torch.int32 and out.shape[1] == spec.width and out.stride(1) == 1
+            and out.shape[0] >= rows,
+            lambda: f"DSA index: int32 [>= {rows}, {spec.width}], got {out.dtype} "
+                    f"{tuple(out.shape)}")
     sc, segs = work.scores, segments(pools)
-    need(sc.shape[0] >= rows and sc.shape[1] >= pools and sc.stride(1) == 1,
-          f"DSA score scratch {tuple(sc.shape)} does not fit {rows} rows x {pools} pools")
-    need(not segs or (work.hist.shape == (work.sure.shape[0], 1 << TOP)
-                       and work.counts.shape == (2, work.sure.shape[0])
-                       and work.sure.shape[0] >= rows and work.sure.shape[1] >= segs
-                       and work.cands.shape[1] >= pools),
-          f"DSA selection scratch does not fit {rows} rows x {pools} pools")
+    require(sc.shape[0] >= rows and sc.shape[1] >= pools and sc.stride(1) == 1,
+            lambda: f"DSA score scratch {tuple(sc.shape)} does not fit {rows} rows x {pools} "
+                    "pools")
+    require(not segs or (work.hist.shape == (work.sure.shape[0], 1 << TOP)
+                         and work.counts.shape == (2, work.sure.shape[0])
+                         and work.sure.shape[0] >= rows and work.sure.shape[1] >= segs
+                         and work.cands.shape[1] >= pools),
+            lambda: f"DSA selection scratch does not fit {rows} rows x {pools} pools")
 
 
 def select(kernels, spec: DSASpec, *, work: Work, slot: torch.Tensor, pos: torch.Tensor,
@@ -344,6 +341,14 @@ def select(kernels, spec: DSASpec, *, work: Work, slot: torch.Tensor, pos: torch
     kernels: the four selection kernels of kernel_names, loaded; counted: the score kernel
     has filled work.hist already (else the hist kernel does)."""
     fits(spec, work, out, rows, pools)
+    launch_select(kernels, work=work, slot=slot, pos=pos, out=out, rows=rows, pools=pools,
+                  counted=counted)
+
+
+def launch_select(kernels, *, work: Work, slot: torch.Tensor, pos: torch.Tensor,
+                  out: torch.Tensor, rows: int, pools: int, counted: bool) -> None:
+    """select's launches, once `fits` has passed (the indexer's launch checks it before its
+    first kernel)."""
     sc = work.scores
     one, hist, cands, write = kernels
     segs = segments(pools)  # fixed by the cache capacity: a captured launch stays valid
