@@ -545,6 +545,27 @@ def mla_splits_match_reference(emitter) -> None:
         assert_close(latent, cache, torch.float32, "latents written")
 
 
+def test_mla_bad_operands_are_refused_before_any_launch() -> None:
+    """A wrong-width index or a scratch too small for the launch raises a ValueError that names
+    the operand and its shape; no kernel runs (the kernels here are not callable)."""
+    spec = MLASpec(5, 24, 16, 48, 24 ** -0.5, 70)
+    gen = torch.Generator().manual_seed(7)
+    q, c = torch.randn(4, 5 * 24, generator=gen), torch.randn(4, 48, generator=gen)
+    latent = torch.randn(3, 128, 48, generator=gen)
+    before = latent.clone()
+    args = dict(q=q, c=c, wkvb=torch.randn(5 * 40, 48, generator=gen),
+                slot=torch.tensor([2, 0, 1, -1]), pos=torch.tensor([100, 3, 69, 0]),
+                latent=latent, out=torch.empty(4, 5 * 16), rows=4)
+    index = torch.zeros((4, 70), dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"MLA index: \[rows, 70\] .* got \(4, 69\)"):
+        mla_emitter.launch((None,) * 4, spec, index=index[:, :69].contiguous(),
+                           work=mla_emitter.scratch(spec, 4, torch.float32, "cpu"), **args)
+    with pytest.raises(ValueError, match=r"MLA scratch for 4 rows x \d+ splits: qa \(2, 5, 48\)"):
+        mla_emitter.launch((None,) * 4, spec, index=index,
+                           work=mla_emitter.scratch(spec, 2, torch.float32, "cpu"), **args)
+    assert torch.equal(latent, before), "a refused launch writes no latent"
+
+
 @pytest.mark.parametrize("max_splits", [1, 3])
 def test_mla_walks_only_the_dsa_layout_columns(max_splits: int) -> None:
     """With head = topk the kernel reads a row at position p in columns [0, min(p + 1, topk))

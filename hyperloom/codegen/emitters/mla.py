@@ -48,6 +48,7 @@ from hyperloom.codegen.emitters.ints import cdiv, next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, pdl
 from hyperloom.config import CONFIG
+from hyperloom.errors import require
 from hyperloom.passes.kernel_plan import MLA_DENSE_ROWS
 
 BN = 32  # index entries per iteration
@@ -371,22 +372,18 @@ def scratch(spec: MLASpec, max_rows: int, dtype: torch.dtype, device,
             torch.empty((n, spec.heads, 2), **f32))
 
 
-def _need(ok: bool, what: str) -> None:
-    if not ok:
-        raise ValueError(what)
-
-
 def check(spec: MLASpec, *, q, c, wkvb, latent, index, out, block_table=None) -> int:
     """Operand shapes; returns the positions one slot's latent cache holds."""
     h, dk, dv, r = spec.heads, spec.qk_head_dim, spec.v_head_dim, spec.rank
-    _need(tuple(wkvb.shape) == (h * (dk + dv), r) and wkvb.is_contiguous(),
-          f"MLA kv_b_proj: contiguous [{h * (dk + dv)}, {r}], got {tuple(wkvb.shape)}")
-    _need(latent.dim() == 3 and latent.shape[2] == r and latent.stride(2) == 1,
-          f"MLA latent cache: [slots, S, {r}], got {tuple(latent.shape)}")
+    require(tuple(wkvb.shape) == (h * (dk + dv), r) and wkvb.is_contiguous(),
+            lambda: f"MLA kv_b_proj: contiguous [{h * (dk + dv)}, {r}], got {tuple(wkvb.shape)}")
+    require(latent.dim() == 3 and latent.shape[2] == r and latent.stride(2) == 1,
+            lambda: f"MLA latent cache: [slots, S, {r}], got {tuple(latent.shape)}")
     for what, t, n in (("q", q, h * dk), ("latent rows", c, r), ("index", index, spec.width),
                        ("out", out, h * dv)):
-        _need(t.dim() == 2 and t.shape[1] == n and t.stride(1) == 1,
-              f"MLA {what}: [rows, {n}] with a contiguous last dim, got {tuple(t.shape)}")
+        require(t.dim() == 2 and t.shape[1] == n and t.stride(1) == 1,
+                lambda: f"MLA {what}: [rows, {n}] with a contiguous last dim, got "
+                        f"{tuple(t.shape)}")
     return paging.table_args(spec.block_size, block_table, latent)[1]
 
 
@@ -410,8 +407,10 @@ def launch(kernels, spec: MLASpec, *, q: torch.Tensor, c: torch.Tensor, wkvb: to
     least = DENSE_ROWS if dense_rows is None else dense_rows
     dense = spec.dense and seq_rows is not None and seq_rows >= least
     n = 1 if dense else splits(spec, rows, max_splits)
-    _need(qa.shape[0] >= rows and acc.shape[0] >= rows * n and ml.shape[0] >= rows * n,
-          "MLA scratch does not fit")
+    require(qa.shape[0] >= rows and acc.shape[0] >= rows * n and ml.shape[0] >= rows * n,
+            lambda: f"MLA scratch for {rows} rows x {n} splits: qa {tuple(qa.shape)}, acc "
+                    f"{tuple(acc.shape)}, ml {tuple(ml.shape)} (scratch(spec, >= {rows}, ...) "
+                    "allocates it)")
     wide = rows >= WIDE_ROWS
     h, (bm, warps) = spec.heads, ((64, 8) if rows > FEW_ROWS else (16, 4))  # sm_90a: no spills
     br, bv = _br(spec, wide), _bv(spec, wide)
