@@ -345,6 +345,19 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--max-rows", type=int, default=256)
     q.set_defaults(fn=cmd_dump_plan, dtype="bfloat16")
 
+    _bench_parser(sub)
+
+    bp = sub.add_parser("bench-plot", help="redraw a bench table (and chart) from its JSON")
+    bp.add_argument("record", help="a JSON record written by bench --json")
+    bp.add_argument("out", nargs="?", help="write the PNG bar chart here (needs matplotlib)")
+    bp.set_defaults(fn=cmd_bench_plot)
+
+    _run_parser(sub)
+    return p
+
+
+def _bench_parser(sub) -> None:
+    """`hyperloom bench`: scenarios, their shapes and the outputs."""
     bn = sub.add_parser("bench", help="time the engine against torch eager and torch.compile")
     bn.add_argument("model", choices=sorted(FAMILIES))
     bn.add_argument("--config", default="tiny")
@@ -378,11 +391,10 @@ def parser() -> argparse.ArgumentParser:
                     help="list the top kernels of our step (torch.profiler) per scenario")
     bn.set_defaults(fn=cmd_bench)
 
-    bp = sub.add_parser("bench-plot", help="redraw a bench table (and chart) from its JSON")
-    bp.add_argument("record", help="a JSON record written by bench --json")
-    bp.add_argument("out", nargs="?", help="write the PNG bar chart here (needs matplotlib)")
-    bp.set_defaults(fn=cmd_bench_plot)
 
+
+def _run_parser(sub) -> None:
+    """`hyperloom run`: the model, prompts and sampling."""
     r = sub.add_parser("run", help="greedy generation (default: tiny GLM-5.3, random weights)")
     r.add_argument("model", nargs="?", default="glm5next", help="model name or checkpoint dir")
     _spec_args(r)
@@ -398,7 +410,6 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.add_argument("--backend", choices=hyperloom.api.BACKENDS, default="compiled")
     r.set_defaults(fn=cmd_run, dtype="float32")
-    return p
 
 
 def _spec_args(p: argparse.ArgumentParser) -> None:
