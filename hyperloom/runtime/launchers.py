@@ -5,6 +5,7 @@ reference semantics on the arena tensors, in fp32."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 
 import torch
@@ -71,6 +72,14 @@ class Operands:
     def __getitem__(self, ref: str) -> torch.Tensor:
         return self.weights[ref[1:]] if ref.startswith("@") else self.values[ref]
 
+    def buffer(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """The scratch under `key`, made by make() on first use: every launch of that key (the
+        layers of one shape) shares it, and it is allocated here, never inside a captured
+        launch."""
+        if key not in self.scratch:
+            self.scratch[key] = make()
+        return self.scratch[key]
+
 
 def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
     node = entry.node
@@ -78,29 +87,56 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
     kerns = tuple(load(src, n, device, entry.name) for n in matmul.kernel_names(entry.name, spec))
     x, w = o[node.args[0]], o[node.args[1]]
     out = o.groups.get(node.outs[0], o[node.outs[0]])
+    extra = (_epilogue_operands(node, spec, o) | _matmul_scratch(spec, x, w, o, device)
+             | _site_operands(entry, spec, out, o, device))
+    if not entry.carried_rows:
+        return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
+
+    def run(rows: int, _: int) -> None:
+        if entry.launches_at(rows):  # the entry before it runs it in its launch up to then
+            matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
+    return run
+
+
+def _epilogue_operands(node, spec: matmul.MatmulSpec, o: Operands) -> dict[str, torch.Tensor]:
+    """The operands a fused GEMM's op adds to x and w: its epilogue's and its prologue's."""
+    def arg(i: int) -> torch.Tensor:
+        return o[node.args[i]]
+
     extra = {}
     if node.op is Op.LINEAR_RESIDUAL:
-        extra = {"stream": o[node.args[2]]}
+        extra = {"stream": arg(2)}
     elif node.op is Op.LINEAR_HC_POST:
-        extra = {"stream": o[node.args[2]], "post": o[node.args[3]], "comb": o[node.args[4]]}
+        extra = {"stream": arg(2), "post": arg(3), "comb": arg(4)}
     elif node.op is Op.LINEAR_KDA_GATE:
-        extra = {"dt": o[node.args[2]], "alog": o[node.args[3]]}
+        extra = {"dt": arg(2), "alog": arg(3)}
     elif node.op is Op.LINEAR_GATED_NORM:
-        extra = {"normed": o[node.args[2]], "nw": o[node.args[3]]}
+        extra = {"normed": arg(2), "nw": arg(3)}
     if spec.addend:
         extra["addend"] = o[addend_of(node)]
     if spec.prologue == "gated_rmsnorm":
-        extra |= {"gate": o[node.args[5]], "nw": o[node.args[6]]}
-    if matmul.needs_h(spec, x.shape[0]):  # the normed rows: allocated here, never in the launch
-        key = ("matmul_norm", x.shape[0], spec.k, w.dtype)  # (captured into CUDA graphs)
-        if key not in o.scratch:
-            o.scratch[key] = matmul.scratch(spec, x.shape[0], w.dtype, device)
-        extra["h"] = o.scratch[key]
-    if spec.epilogue == "hc_post" and x.shape[0] > matmul.SPLIT_ROWS:
-        key = ("matmul_y", x.shape[0], spec.n_out, w.dtype)  # shared by GEMMs of this width
-        if key not in o.scratch:
-            o.scratch[key] = matmul.scratch_y(spec, x.shape[0], w.dtype, device)
-        extra["y"] = o.scratch[key]
+        extra |= {"gate": arg(5), "nw": arg(6)}
+    return extra
+
+
+def _matmul_scratch(spec: matmul.MatmulSpec, x: torch.Tensor, w: torch.Tensor, o: Operands,
+                    device) -> dict[str, torch.Tensor]:
+    """A GEMM's own scratch: the normed rows (h) and, for a wide hc_post step, y."""
+    extra = {}
+    if matmul.needs_h(spec, x.shape[0]):
+        extra["h"] = o.buffer(("matmul_norm", x.shape[0], spec.k, w.dtype),
+                              lambda: matmul.scratch(spec, x.shape[0], w.dtype, device))
+    if spec.epilogue == "hc_post" and x.shape[0] > matmul.SPLIT_ROWS:  # per GEMM width
+        extra["y"] = o.buffer(("matmul_y", x.shape[0], spec.n_out, w.dtype),
+                              lambda: matmul.scratch_y(spec, x.shape[0], w.dtype, device))
+    return extra
+
+
+def _site_operands(entry: KernelEntry, spec: matmul.MatmulSpec, out: torch.Tensor,
+                   o: Operands, device) -> dict:
+    """What a GEMM that finishes the site after it (site), forms the site before it (site_in)
+    or stores or reads the streams' mean (mean) needs (kernel_plan)."""
+    extra = {}
     if spec.site:
         site = entry.finishes.node
         fn, base, scale, *ow = (o[a] for a in site.args[1:])
@@ -116,43 +152,31 @@ def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
         extra["site_in"] = matmul.SiteIn(part, _site_parts(spec.site_in, site, o, device),
                                          o[site.args[2]], o[site.args[3]], o[site.outs[1]],
                                          o[site.outs[2]])
-    if not entry.carried_rows:
-        return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
-
-    def run(rows: int, _: int) -> None:
-        if entry.launches_at(rows):  # the entry before it runs it in its launch up to then
-            matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
-    return run
+    return extra
 
 
 def _hc_pre_scratch(spec: hc_pre.HCPreSpec, x: torch.Tensor, o: Operands,
                     device) -> tuple[torch.Tensor, torch.Tensor]:
     """(partials, ticket counters): one pair serves every site of this shape in turn."""
-    key = ("hc_pre", spec, x.shape[0])
-    if key not in o.scratch:
-        o.scratch[key] = hc_pre_launch.scratch(spec, x.shape[0], device)
-    return o.scratch[key]
+    return o.buffer(("hc_pre", spec, x.shape[0]),
+                    lambda: hc_pre_launch.scratch(spec, x.shape[0], device))
 
 
 def _stream_mean(head: KernelEntry, o: Operands, device) -> torch.Tensor:
     """The streams' mean the GEMM before a stream-mean norm GEMM (`head`) stores for it, in
     the head's weight dtype, for steps of up to SPLIT_ROWS rows (kernel_plan: means, meaned)."""
     x, w = o[head.node.args[0]], o[head.node.args[1]]
-    key = ("stream_mean", head.node.args[0])
-    if key not in o.scratch:
-        rows = min(x.shape[0], matmul.SPLIT_ROWS)
-        o.scratch[key] = torch.empty((rows, x.shape[-1]), dtype=w.dtype, device=device)
-    return o.scratch[key]
+    rows = min(x.shape[0], matmul.SPLIT_ROWS)
+    return o.buffer(("stream_mean", head.node.args[0]),
+                    lambda: torch.empty((rows, x.shape[-1]), dtype=w.dtype, device=device))
 
 
 def _site_parts(spec: hc_pre.HCPreSpec, site, o: Operands, device) -> torch.Tensor:
     """The stream parts a site's GEMM writes and the GEMV that forms its y reads, in y's
     dtype: one buffer serves every site of this shape in turn."""
     dtype = o[site.outs[0]].dtype
-    key = ("site_parts", spec.n, spec.d, dtype)
-    if key not in o.scratch:
-        o.scratch[key] = matmul.site_parts(spec, dtype, device)
-    return o.scratch[key]
+    return o.buffer(("site_parts", spec.n, spec.d, dtype),
+                    lambda: matmul.site_parts(spec, dtype, device))
 
 
 def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
@@ -218,18 +242,16 @@ def _attention(entry: KernelEntry, o: Operands, device) -> Launch:
     kerns = tuple(load(src, n, device, entry.name) for n in attention.kernel_names(entry.name))
     q, k, v, slot, pos = (o[a] for a in node.args)
     inv = rope_inv_freq(at.rope(), torch.float32).to(device)
-    q_out = o.scratch.setdefault(("q", tuple(q.shape), q.dtype),
-                                 torch.empty(q.shape, dtype=q.dtype, device=device))
+    q_out = o.buffer(("q", tuple(q.shape), q.dtype),
+                     lambda: torch.empty(q.shape, dtype=q.dtype, device=device))
     kc, vc = o.state[at.state + ".k"], o.state[at.state + ".v"]
     table = o.state.table if spec.block_size else None  # paged: the slots' block tables
     out = o[node.outs[0]]
     # split-KV decode partials: a decode step has one row per sequence, so at most one per slot
     cap = kv_capacity(spec, kc, vc, table)
     max_rows = min(q.shape[0], (kc if table is None else table).shape[0])
-    key = ("attention", spec, max_rows, cap)  # one buffer serves every layer of this shape
-    if key not in o.scratch:
-        o.scratch[key] = attention_split.scratch(spec, max_rows, cap, device)
-    part = o.scratch[key]
+    part = o.buffer(("attention", spec, max_rows, cap),
+                    lambda: attention_split.scratch(spec, max_rows, cap, device))
     return lambda rows, seq_rows: attention.launch(
         kerns, spec, q=q, k=k, v=v, pos=pos, slot=slot, inv_freq=inv, k_cache=kc, v_cache=vc,
         q_out=q_out, o=out, rows=rows, seq_rows=seq_rows, block_table=table, part=part)
@@ -245,10 +267,9 @@ def _kda(entry: KernelEntry, o: Operands, device) -> Launch:
     state, out = o.state[node.attrs.state + ".recurrent"], o[node.outs[0]]
     args = dict(q=q, k=k, v=v, g=g, b=b, slot=slot, state=state, out=out)
     cspec, max_rows = kda.chunk_spec(spec), q.shape[0]
-    key = ("kda_chunk", cspec, max_rows, state.shape[0])
-    if max_rows >= kda.CHUNKED_ROWS and key not in o.scratch:
-        o.scratch[key] = kda_chunk.scratch(cspec, max_rows, state.shape[0], device, q.dtype)
-    work = o.scratch.get(key)
+    work = None if max_rows < kda.CHUNKED_ROWS else o.buffer(
+        ("kda_chunk", cspec, max_rows, state.shape[0]),
+        lambda: kda_chunk.scratch(cspec, max_rows, state.shape[0], device, q.dtype))
     norm, carried = _kda_norm(entry, spec, o, device), entry.carries
 
     def run(rows: int, seq_rows: int) -> None:
@@ -268,10 +289,9 @@ def _kda_norm(entry: KernelEntry, spec: kda.KDASpec, o: Operands, device) -> kda
         return None
     node = entry.carries.node  # linear_gated_norm(ga, wg, o, nw) -> h
     ga, wg, _, nw = (o[a] for a in node.args)
-    key = ("kda_norm", spec, entry.carries.carried_rows)
-    if key not in o.scratch:
-        o.scratch[key] = kda.norm_scratch(spec, entry.carries.carried_rows, device)
-    return kda.Norm(ga, wg, nw, o[node.outs[0]], *o.scratch[key])
+    rows = entry.carries.carried_rows
+    work = o.buffer(("kda_norm", spec, rows), lambda: kda.norm_scratch(spec, rows, device))
+    return kda.Norm(ga, wg, nw, o[node.outs[0]], *work)
 
 
 def _kda_conv(entry: KernelEntry, o: Operands, device) -> Launch:
@@ -309,11 +329,10 @@ def _dsa(entry: KernelEntry, o: Operands, device) -> Launch:
     keys, pooled = (o.state[node.attrs.state + s] for s in (".keys", ".pooled"))
     table = o.state.table if spec.block_size else None  # paged: the slots' block tables
     dsa.check(spec, keys, pooled, table)
-    key = ("dsa_work", qi.shape[0], pooled.shape[1])
-    if key not in o.scratch:
-        o.scratch[key] = dsa_select.scratch(qi.shape[0], pooled)
+    work = o.buffer(("dsa_work", qi.shape[0], pooled.shape[1]),
+                    lambda: dsa_select.scratch(qi.shape[0], pooled))
     args = dict(qi=qi, w=w, ki=ki, gate=gate, ape=ape, slot=slot, pos=pos, keys=keys,
-                pooled=pooled, work=o.scratch[key], out=o[node.outs[0]], block_table=table)
+                pooled=pooled, work=work, out=o[node.outs[0]], block_table=table)
     return lambda rows, _: dsa.launch(kerns, spec, rows=rows, **args)
 
 
@@ -325,11 +344,10 @@ def _mla(entry: KernelEntry, o: Operands, device) -> Launch:
                   for n in mla.kernel_names(entry.name))
     q, c, wkvb, slot, pos, index = (o[a] for a in node.args)
     latent = o.state[node.attrs.state + ".latent"]
-    key = ("mla", spec, q.shape[0], latent.dtype)
-    if key not in o.scratch:
-        o.scratch[key] = mla.scratch(spec, q.shape[0], latent.dtype, device)
+    work = o.buffer(("mla", spec, q.shape[0], latent.dtype),
+                    lambda: mla.scratch(spec, q.shape[0], latent.dtype, device))
     args = dict(q=q, c=c, wkvb=wkvb, slot=slot, pos=pos, index=index, latent=latent,
-                out=o[node.outs[0]], work=o.scratch[key],
+                out=o[node.outs[0]], work=work,
                 block_table=o.state.table if spec.block_size else None)
     return lambda rows, seq_rows: mla.launch(kerns, spec, rows=rows, seq_rows=seq_rows, **args)
 
@@ -340,11 +358,9 @@ def _moe_router(entry: KernelEntry, o: Operands, device) -> Launch:
     kerns = tuple(load(o.source(entry), n, device, entry.name)
                   for n in moe_router.kernel_names(entry.name))
     x, w, bias = (o[a] for a in node.args)
-    key = ("moe_router", spec, x.shape[0])
-    if key not in o.scratch:
-        o.scratch[key] = moe_router.scratch(spec, x.shape[0], device)
-    args = dict(x=x, w=w, bias=bias, weights=o[node.outs[0]], ids=o[node.outs[1]],
-                part=o.scratch[key])
+    part = o.buffer(("moe_router", spec, x.shape[0]),
+                    lambda: moe_router.scratch(spec, x.shape[0], device))
+    args = dict(x=x, w=w, bias=bias, weights=o[node.outs[0]], ids=o[node.outs[1]], part=part)
     return lambda rows, _: moe_router.launch(kerns, spec, rows=rows, **args)
 
 
@@ -355,11 +371,10 @@ def _moe_experts(entry: KernelEntry, o: Operands, device) -> Launch:
     kerns = tuple(load(o.source(entry), n, device, entry.name)
                   for n in moe_experts.kernel_names(entry.name))
     x, weights, ids, wg, wu, wd = (o[a] for a in node.args)
-    key = ("moe_experts", spec, x.shape[0], x.dtype)
-    if key not in o.scratch:
-        o.scratch[key] = moe_experts.scratch(spec, x.shape[0], x.dtype, device)
+    work = o.buffer(("moe_experts", spec, x.shape[0], x.dtype),
+                    lambda: moe_experts.scratch(spec, x.shape[0], x.dtype, device))
     args = dict(x=x, weights=weights, ids=ids, wg=wg, wu=wu, wd=wd, out=o[node.outs[0]],
-                work=o.scratch[key], skip=o.values.get("%slot"))
+                work=work, skip=o.values.get("%slot"))
     return lambda rows, _: moe_experts.launch(kerns, spec, rows=rows, **args)
 
 
