@@ -4,10 +4,6 @@ reference semantics on the arena tensors, in fp32."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-from dataclasses import dataclass, field
-
 import torch
 
 from hyperloom.codegen import entry_spec
@@ -44,140 +40,14 @@ from hyperloom.codegen.specs import (
     moe_experts_spec,
     moe_router_spec,
 )
-from hyperloom.ir.ops import Op, addend_of
+from hyperloom.ir.ops import Op
 from hyperloom.ir.semantics import EVAL, Ctx
 from hyperloom.ir.semantics.dense import rope_inv_freq
-from hyperloom.ir.state import StateStore, segments
+from hyperloom.ir.state import segments
 from hyperloom.passes.kernel_plan import NARROW_ROWS, KernelEntry
-
-Launch = Callable[[int, int], None]  # (rows, most rows of one sequence) -> None
-
-
-@dataclass
-class Operands:
-    """Where a step's operands live: arena views and row inputs (by %name), weights (by @name),
-    the state pool, and the buffers that hold whole multi-split results."""
-
-    values: dict[str, torch.Tensor]
-    weights: dict[str, torch.Tensor]
-    groups: dict[str, torch.Tensor]
-    state: StateStore
-    types: dict  # IR types of every operand
-    scratch: dict[tuple, torch.Tensor] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)  # kernel name -> generated source
-
-    def source(self, entry: KernelEntry) -> str:
-        return self.sources[entry.name]
-
-    def __getitem__(self, ref: str) -> torch.Tensor:
-        return self.weights[ref[1:]] if ref.startswith("@") else self.values[ref]
-
-    def buffer(self, key: tuple, make: Callable[[], Any]) -> Any:
-        """The scratch under `key`, made by make() on first use: every launch of that key (the
-        layers of one shape) shares it, and it is allocated here, never inside a captured
-        launch."""
-        if key not in self.scratch:
-            self.scratch[key] = make()
-        return self.scratch[key]
-
-
-def _matmul(entry: KernelEntry, o: Operands, device) -> Launch:
-    node = entry.node
-    spec, src = entry_spec(entry, o.types), o.source(entry)
-    kerns = tuple(load(src, n, device, entry.name) for n in matmul.kernel_names(entry.name, spec))
-    x, w = o[node.args[0]], o[node.args[1]]
-    out = o.groups.get(node.outs[0], o[node.outs[0]])
-    extra = (_epilogue_operands(node, spec, o) | _matmul_scratch(spec, x, w, o, device)
-             | _site_operands(entry, spec, out, o, device))
-    if not entry.carried_rows:
-        return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
-
-    def run(rows: int, _: int) -> None:
-        if entry.launches_at(rows):  # the entry before it runs it in its launch up to then
-            matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
-    return run
-
-
-def _epilogue_operands(node, spec: matmul.MatmulSpec, o: Operands) -> dict[str, torch.Tensor]:
-    """The operands a fused GEMM's op adds to x and w: its epilogue's and its prologue's."""
-    def arg(i: int) -> torch.Tensor:
-        return o[node.args[i]]
-
-    extra = {}
-    if node.op is Op.LINEAR_RESIDUAL:
-        extra = {"stream": arg(2)}
-    elif node.op is Op.LINEAR_HC_POST:
-        extra = {"stream": arg(2), "post": arg(3), "comb": arg(4)}
-    elif node.op is Op.LINEAR_KDA_GATE:
-        extra = {"dt": arg(2), "alog": arg(3)}
-    elif node.op is Op.LINEAR_GATED_NORM:
-        extra = {"normed": arg(2), "nw": arg(3)}
-    if spec.addend:
-        extra["addend"] = o[addend_of(node)]
-    if spec.prologue == "gated_rmsnorm":
-        extra |= {"gate": arg(5), "nw": arg(6)}
-    return extra
-
-
-def _matmul_scratch(spec: matmul.MatmulSpec, x: torch.Tensor, w: torch.Tensor, o: Operands,
-                    device) -> dict[str, torch.Tensor]:
-    """A GEMM's own scratch: the normed rows (h) and, for a wide hc_post step, y."""
-    extra = {}
-    if matmul.needs_h(spec, x.shape[0]):
-        extra["h"] = o.buffer(("matmul_norm", x.shape[0], spec.k, w.dtype),
-                              lambda: matmul.scratch(spec, x.shape[0], w.dtype, device))
-    if spec.epilogue == "hc_post" and x.shape[0] > matmul.SPLIT_ROWS:  # per GEMM width
-        extra["y"] = o.buffer(("matmul_y", x.shape[0], spec.n_out, w.dtype),
-                              lambda: matmul.scratch_y(spec, x.shape[0], w.dtype, device))
-    return extra
-
-
-def _site_operands(entry: KernelEntry, spec: matmul.MatmulSpec, out: torch.Tensor,
-                   o: Operands, device) -> dict:
-    """What a GEMM that finishes the site after it (site), forms the site before it (site_in)
-    or stores or reads the streams' mean (mean) needs (kernel_plan)."""
-    extra = {}
-    if spec.site:
-        site = entry.finishes.node
-        fn, base, scale, *ow = (o[a] for a in site.args[1:])
-        parts = _site_parts(spec.site, site, o, device) if spec.site_parts else None
-        extra["site"] = matmul.Site(fn, base, scale, *(o[v] for v in site.outs),
-                                    *_hc_pre_scratch(spec.site, out, o, device),
-                                    ow=ow[0] if ow else None, parts=parts)
-    if entry.means is not None or entry.meaned:
-        extra["mean"] = _stream_mean(entry.means or entry, o, device)
-    if spec.site_in:
-        site = entry.forms.node
-        part, _ = _hc_pre_scratch(spec.site_in, o[site.args[0]], o, device)
-        extra["site_in"] = matmul.SiteIn(part, _site_parts(spec.site_in, site, o, device),
-                                         o[site.args[2]], o[site.args[3]], o[site.outs[1]],
-                                         o[site.outs[2]])
-    return extra
-
-
-def _hc_pre_scratch(spec: hc_pre.HCPreSpec, x: torch.Tensor, o: Operands,
-                    device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(partials, ticket counters): one pair serves every site of this shape in turn."""
-    return o.buffer(("hc_pre", spec, x.shape[0]),
-                    lambda: hc_pre_launch.scratch(spec, x.shape[0], device))
-
-
-def _stream_mean(head: KernelEntry, o: Operands, device) -> torch.Tensor:
-    """The streams' mean the GEMM before a stream-mean norm GEMM (`head`) stores for it, in
-    the head's weight dtype, for steps of up to SPLIT_ROWS rows (kernel_plan: means, meaned)."""
-    x, w = o[head.node.args[0]], o[head.node.args[1]]
-    rows = min(x.shape[0], matmul.SPLIT_ROWS)
-    return o.buffer(("stream_mean", head.node.args[0]),
-                    lambda: torch.empty((rows, x.shape[-1]), dtype=w.dtype, device=device))
-
-
-def _site_parts(spec: hc_pre.HCPreSpec, site, o: Operands, device) -> torch.Tensor:
-    """The stream parts a site's GEMM writes and the GEMV that forms its y reads, in y's
-    dtype: one buffer serves every site of this shape in turn."""
-    dtype = o[site.outs[0]].dtype
-    return o.buffer(("site_parts", spec.n, spec.d, dtype),
-                    lambda: matmul.site_parts(spec, dtype, device))
-
+from hyperloom.runtime import launch_matmul
+from hyperloom.runtime.launch_matmul import hc_pre_scratch, site_parts
+from hyperloom.runtime.operands import Launch, Operands
 
 def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
     """A folded site (kernel_plan: the GEMM before it finishes it at one row) launches only
@@ -187,10 +57,10 @@ def _hc_pre(entry: KernelEntry, o: Operands, device) -> Launch:
     kerns = tuple(load(src, n, device, entry.name) for n in hc_pre.kernel_names(entry.name))
     x, fn, base, scale, *ow = (o[a] for a in node.args)  # ow: the site norm's weight
     y, post, comb = (o[v] for v in node.outs)
-    part, count = _hc_pre_scratch(spec, x, o, device)
+    part, count = hc_pre_scratch(spec, x, o, device)
     if entry.formed and not entry.folded:  # its parts at one row, for the GEMV after it
         kparts = load(src, hc_pre.parts_name(entry.name), device, entry.name)
-        parts, block = _site_parts(spec, node, o, device), matmul.site_block(spec.d)
+        parts, block = site_parts(spec, node, o, device), matmul.site_block(spec.d)
 
     def run(rows: int, _: int) -> None:
         if not entry.launches_at(rows):  # folded, or the embedding wrote its parts
@@ -224,8 +94,8 @@ def _embedding(entry: KernelEntry, o: Operands, device) -> Launch:
                                                 rows=rows)
     site = entry.carries
     kparts = load(o.source(entry), embedding.parts_name(entry.name), device, entry.name)
-    fn, part = o[site.node.args[1]], _hc_pre_scratch(spec.site, out, o, device)[0]
-    parts = _site_parts(spec.site, site.node, o, device)
+    fn, part = o[site.node.args[1]], hc_pre_scratch(spec.site, out, o, device)[0]
+    parts = site_parts(spec.site, site.node, o, device)
 
     def run(rows: int, _: int) -> None:
         if rows <= site.carried_rows:
@@ -426,8 +296,8 @@ def _interpreter(entry: KernelEntry, o: Operands, device) -> Launch:
     return run
 
 
-BUILDERS = {"matmul": _matmul, "hc_pre": _hc_pre, "hc_post": _hc_post, "embedding": _embedding,
-            "attention": _attention, "kda": _kda,
+BUILDERS = {"matmul": launch_matmul.build, "hc_pre": _hc_pre, "hc_post": _hc_post,
+            "embedding": _embedding, "attention": _attention, "kda": _kda,
             "kda_conv": _kda_conv, "kda_gate": _kda_gate, "norm": _norm,
             "moe_router": _moe_router, "moe_experts": _moe_experts,
             "dsa": _dsa, "mla": _mla, "elementwise": _elementwise,

@@ -22,7 +22,8 @@ from hyperloom.ir.state import StateStore
 from hyperloom.codegen.compilation import Compilation
 from hyperloom.passes.arena import ArenaPlan
 from hyperloom.passes.kernel_plan import KernelPlan
-from hyperloom.runtime.launchers import BUILDERS, Operands
+from hyperloom.runtime.launchers import BUILDERS
+from hyperloom.runtime.operands import Operands
 
 
 class Program:

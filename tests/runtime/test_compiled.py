@@ -17,7 +17,7 @@ from hyperloom.errors import InputError
 from hyperloom.ir.ops import Op
 from hyperloom.codegen.emitters import hc_pre as hc_pre_emitter
 from hyperloom.passes import kernel_plan
-from hyperloom.runtime import launchers
+from hyperloom.runtime import launch_matmul, launchers
 from hyperloom.models.random_weights import random_weights
 from tests.tolerances import assert_close
 
@@ -568,7 +568,8 @@ def test_a_step_launches_what_the_plan_counts(model, config, rows, seqs, monkeyp
     # rows so both wide steps take it
     log: list = []
     real = launchers.load
-    monkeypatch.setattr(launchers, "load", lambda *a, **kw: _Counting(real(*a, **kw), log))
+    for module in (launchers, launch_matmul):  # every module that loads kernels for a launch
+        monkeypatch.setattr(module, "load", lambda *a, **kw: _Counting(real(*a, **kw), log))
     monkeypatch.setattr(kernel_plan, "HC_WIDE_ROWS", 32)
     monkeypatch.setattr(hc_pre_emitter, "WIDE_ROWS", 32)
     _, comp = engines(model, config, prefill_chunk=72)
