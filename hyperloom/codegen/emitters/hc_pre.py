@@ -1,6 +1,7 @@
 """mHC pre-site kernels: exactly `hyperloom.ir.semantics.hc.hc_pre`; one module, five kernels
 (`kernel_names`) run as one launch (`fused`: a decode step), two (up to WIDE_ROWS rows) or three
-(a prefill chunk); `hc_pre_launch` lays them out, checks their operands and launches them.
+(a prefill chunk); `hc_pre_launch` lays them out, checks their operands and launches them;
+`hc_wide` holds the wide step's apply and gates bodies.
 
 Inputs X fp32 [rows, n, D], fn [(2+n)*n, n*D] (bf16 or fp32), base fp32 [(2+n)*n], scale fp32 [3];
 outputs y [rows, D] (fp32, or the weights' dtype with the site norm folded in), post fp32
@@ -33,8 +34,8 @@ import functools
 from dataclasses import dataclass
 
 from hyperloom.codegen.emitters.gemv import site_programs
-from hyperloom.codegen.emitters.hc_gates import (GATES, cells, comb, few_body, partial_sums,
-                                                 put_cells, scale_y, sinkhorn_cells)
+from hyperloom.codegen.emitters.hc_gates import GATES, comb, few_body, partial_sums, scale_y
+from hyperloom.codegen.emitters.hc_wide import LOAD_X, apply_body, gates_body, row_pass
 from hyperloom.codegen.emitters.ints import next_power_of_2
 from hyperloom.codegen.emitters.loops import runtime_loop
 from hyperloom.codegen.emitters.text import comment, indent_block, pdl, wrap
@@ -194,17 +195,6 @@ def _partials(x_ptr, fn_ptr, part_ptr, rows, rows_pad, kb_split, sx_row, sx_stre
 '''
 
 
-_LOAD_X = "x = tl.load(x_row + d[None, :], mask=smask & (d < D)[None, :], other=0.0)\n"
-
-
-def _row_pass(body: str, whole: bool, load: str = _LOAD_X) -> str:
-    """`body` over the row's X: `x` loaded once already (`whole`), else BLOCK_Y columns at a
-    time, each after `load` (the row is in L2 after a first pass)."""
-    if whole:
-        return body
-    return f"for d0 in range(0, D, BLOCK_Y):\n    d = d0 + dd\n{indent_block(load + body, 4)}"
-
-
 def _tiled(spec: HCPreSpec) -> bool:
     """Whether the row-form finish walks its row in tiles where `_finish_row` holds it whole
     (then it needs `_finish_tiled`'s text; else it calls `_finish_row` with BLOCK_F)."""
@@ -218,17 +208,17 @@ def finish_source(spec: HCPreSpec, name: str = "_finish_row", block: str = "BLOC
     # passes over X: sum(x^2) for the stream norm, sum(y^2) for out_eps, then y
     whole = blocks(spec)[block] >= spec.d  # the row is one register tile: one X read
     y = "y = tl.sum(pre[:, None] * x, axis=0)\n"
-    load = "d = dd\n" + _LOAD_X if whole else ""
+    load = "d = dd\n" + LOAD_X if whole else ""
     head = (load + "sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
-            + _row_pass("sq += tl.sum(x * x, axis=0)\n", whole) + "ss = tl.sum(sq, axis=0)\n")
+            + row_pass("sq += tl.sum(x * x, axis=0)\n", whole) + "ss = tl.sum(sq, axis=0)\n")
     norm_pass, scale = "", ""
     if spec.out_eps is not None:
         norm_pass = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
-                     + _row_pass(y + "sq += y * y\n", whole)
+                     + row_pass(y + "sq += y * y\n", whole)
                      + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
         scale = scale_y(spec.out_weight)
     y_again = "" if whole and spec.out_eps is not None else y  # the norm pass made it
-    store = _row_pass(y_again + scale + "tl.store(y_ptr + row * sy_row + d, "
+    store = row_pass(y_again + scale + "tl.store(y_ptr + row * sy_row + d, "
                       "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole)
     out_eps = "" if spec.out_eps is None else ",\n                OUT_EPS: tl.constexpr"
     ow = " ow_ptr," if spec.out_weight else ""
@@ -325,84 +315,6 @@ def gates_args(spec: HCPreSpec) -> list[str]:
                               spec.hc_eps, spec.iters)]
 
 
-def _gates_body(spec: HCPreSpec) -> str:
-    """A wide step's post and comb gates for RB rows, after the apply: their partials summed
-    over the splits SG at a time as one flat tile (a block's rows are contiguous in a split)
-    into scratch split `splits`, then gathered by kind; sum(x^2) as the apply parked it;
-    Sinkhorn cell by cell, each cell an [RB] vector."""
-    head, tail = runtime_loop("s0", "0", "splits", "SG", "")
-    n = spec.n
-    pick = "".join(f"l{a}{b} = tl.load(at + {2 * n + a * n + b}, mask=tmask, other=0.0) * rc "
-                   f"+ tl.load(base_ptr + {2 * n + a * n + b})\n" for a, b in cells(n))
-    return f'''t0 = tl.program_id(0) * RB
-flat = tl.arange(0, RB * JP)
-fmask = flat < (rows - t0) * JP
-sg = tl.arange(0, SG)
-acc = tl.zeros((SG, RB * JP), tl.float32)
-{head}    s = s0 + sg
-    acc += tl.load(part_ptr + (s[:, None] * rows_pad + t0) * JP + flat[None, :],
-                   mask=(s < splits)[:, None] & fmask[None, :], other=0.0, cache_modifier=".cg")
-{tail}tl.store(part_ptr + (splits * rows_pad + t0) * JP + flat, tl.sum(acc, axis=0), mask=fmask)
-tl.debug_barrier()  # the sums are read back by other threads of this program
-t = t0 + tl.arange(0, RB)
-tmask = t < rows
-t64 = t.to(tl.int64)
-ii = tl.arange(0, NP)
-live = tmask[:, None] & (ii < N)[None, :]
-at = part_ptr + (splits * rows_pad + t64) * JP
-m_post = tl.load(at[:, None] + N + ii[None, :], mask=live, other=0.0)
-ss = tl.load(part_ptr + ((splits + 1) * rows_pad + t64) * JP + J, mask=tmask, other=0.0)
-# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
-r = tl.rsqrt(ss / (N * D) + NORM_EPS)
-bias = tl.load(base_ptr + N + ii, mask=ii < N, other=0.0)
-post = 2.0 * tl.sigmoid(m_post * r[:, None] * tl.load(scale_ptr + 1) + bias[None, :])
-tl.store(post_ptr + t64[:, None] * spost_row + ii[None, :], post, mask=live)
-rc = r * tl.load(scale_ptr + 2)
-{pick}{sinkhorn_cells(spec.n)}{put_cells(n, 'comb_ptr + t64 * scomb_row', 'tmask')}'''
-
-
-def _apply_body(spec: HCPreSpec) -> str:
-    """A wide step's y for one row: sum(x^2) from its streams (in registers when the row fits,
-    else a first pass; parked for the gates), its pre gates from the summed partials, then
-    y = sum_i pre[i] * X[i] (its rms with out_eps), the streams loaded one vector each, so y
-    needs no reduction across streams."""
-    whole = blocks(spec)["BLOCK_Y"] >= spec.d
-    xs = range(spec.n)
-    load = "".join(f"x{i} = tl.load(x_row + {i} * sx_stream + d, mask=d < D, other=0.0)\n"
-                   for i in xs)
-    y = "y = " + " + ".join(f"p{i} * x{i}" for i in xs) + "\n"
-    sq = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
-          + _row_pass("sq += " + " + ".join(f"x{i} * x{i}" for i in xs) + "\n", whole, load)
-          + "ss = tl.sum(sq, axis=0)\n")
-    norm, scale = "", ""
-    if spec.out_eps is not None:
-        norm = ("sq = tl.zeros((BLOCK_Y,), tl.float32)\n"
-                + _row_pass(y + "sq += y * y\n", whole, load)
-                + "inv = tl.rsqrt(tl.sum(sq, axis=0) / D + OUT_EPS)\n")
-        scale = scale_y(spec.out_weight)
-    again = "" if whole and spec.out_eps is not None else y
-    store = _row_pass(again + scale + "tl.store(y_ptr + row * sy_row + d, "
-                      "y.to(y_ptr.dtype.element_ty), mask=d < D)\n", whole, load)
-    head, tail = runtime_loop("s0", "0", "splits", "SB", "")
-    gates = "".join(f"p{i} = tl.sum(tl.where(ii == {i}, pre, 0.0), axis=0)\n" for i in xs)
-    return f'''row = tl.program_id(0).to(tl.int64)
-dd = tl.arange(0, BLOCK_Y)
-x_row = x_ptr + row * sx_row
-{"d = dd" + chr(10) + load if whole else ""}{sq}ii = tl.arange(0, NP)
-sb = tl.arange(0, SB)
-m = tl.zeros((NP,), tl.float32)
-{head}    s = s0 + sb
-    m += tl.sum(tl.load(part_ptr + (s[:, None] * rows_pad + row) * JP + ii[None, :],
-                        mask=(s < splits)[:, None] & (ii < N)[None, :], other=0.0,
-                        cache_modifier=".cg"), axis=0)
-{tail}tl.store(part_ptr + ((splits + 1) * rows_pad + row) * JP + J, ss)
-# rms(x) @ fn^T == rsqrt(mean(x^2) + eps) * (x @ fn^T)
-r = tl.rsqrt(ss / (N * D) + NORM_EPS)
-pre = tl.sigmoid(m * r * tl.load(scale_ptr) + tl.load(base_ptr + ii, mask=ii < N, other=0.0))
-pre += HC_EPS
-{gates}{norm}{store}'''
-
-
 def _kernels_source(name: str, spec: HCPreSpec) -> str:
     fused, proj, finish, gates, apply = kernel_names(name)
     consts = _constexprs(spec)
@@ -451,11 +363,11 @@ def _kernels_source(name: str, spec: HCPreSpec) -> str:
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {gates}(", params, "):", 8)}
-{wait}{indent_block(_gates_body(spec), 4)}
+{wait}{indent_block(gates_body(spec), 4)}
 
 @triton.jit(do_not_specialize={dns})
 {wrap(f"def {apply}(", params, "):", 8)}
-{wait}{indent_block(_apply_body(spec), 4)}'''
+{wait}{indent_block(apply_body(spec, blocks(spec)["BLOCK_Y"] >= spec.d), 4)}'''
 
 
 def parts_name(name: str) -> str:
