@@ -25,7 +25,7 @@ import torch
 from hyperloom.bench.measure import measure_limits
 from hyperloom.bench.scenarios import rel_err
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters import matmul, matmul_tiles
+from hyperloom.codegen.emitters import matmul, matmul_launch, matmul_tiles
 from hyperloom.codegen.emitters.matmul import MatmulSpec, Tiles
 
 if str(Path(__file__).resolve().parent) not in sys.path:
@@ -74,7 +74,7 @@ class Case:
         self.want, self.bytes, self.name = y, size, name
 
     def run(self, kernel, copy: int) -> None:
-        matmul.launch_gemm(kernel, self.spec, x=self.x, w=self.w[copy], out=self.out, rows=1)
+        matmul_launch.launch_gemm(kernel, self.spec, x=self.x, w=self.w[copy], out=self.out, rows=1)
 
 
 def sweep_one(variant: str, case: Case, dev) -> dict:

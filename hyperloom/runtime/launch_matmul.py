@@ -8,7 +8,7 @@ import torch
 
 from hyperloom.codegen import entry_spec
 from hyperloom.codegen.cache import load
-from hyperloom.codegen.emitters import hc_pre, hc_pre_launch, matmul
+from hyperloom.codegen.emitters import hc_pre, hc_pre_launch, matmul, matmul_launch
 from hyperloom.ir.ops import Op, addend_of
 from hyperloom.passes.kernel_plan import KernelEntry
 from hyperloom.runtime.operands import Launch, Operands
@@ -24,11 +24,12 @@ def build(entry: KernelEntry, o: Operands, device) -> Launch:
     extra = (_epilogue_operands(node, spec, o) | _own_scratch(spec, x, w, o, device)
              | _site_operands(entry, spec, out, o, device))
     if not entry.carried_rows:
-        return lambda rows, _: matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
+        return lambda rows, _: matmul_launch.launch(kerns, spec, x=x, w=w, out=out, rows=rows,
+                                                    **extra)
 
     def run(rows: int, _: int) -> None:
         if entry.launches_at(rows):  # the entry before it runs it in its launch up to then
-            matmul.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
+            matmul_launch.launch(kerns, spec, x=x, w=w, out=out, rows=rows, **extra)
     return run
 
 
@@ -58,12 +59,12 @@ def _own_scratch(spec: matmul.MatmulSpec, x: torch.Tensor, w: torch.Tensor, o: O
                  device) -> dict[str, torch.Tensor]:
     """A GEMM's own scratch: the normed rows (h) and, for a wide hc_post step, y."""
     extra = {}
-    if matmul.needs_h(spec, x.shape[0]):
+    if matmul_launch.needs_h(spec, x.shape[0]):
         extra["h"] = o.buffer(("matmul_norm", x.shape[0], spec.k, w.dtype),
-                              lambda: matmul.scratch(spec, x.shape[0], w.dtype, device))
+                              lambda: matmul_launch.scratch(spec, x.shape[0], w.dtype, device))
     if spec.epilogue == "hc_post" and x.shape[0] > matmul.SPLIT_ROWS:  # per GEMM width
         extra["y"] = o.buffer(("matmul_y", x.shape[0], spec.n_out, w.dtype),
-                              lambda: matmul.scratch_y(spec, x.shape[0], w.dtype, device))
+                              lambda: matmul_launch.scratch_y(spec, x.shape[0], w.dtype, device))
     return extra
 
 

@@ -16,17 +16,14 @@ from hyperloom.codegen.cache import load
 from hyperloom.codegen.emitters.hc_pre import HCPreSpec, gram, projections
 from hyperloom.codegen.emitters.kda_gate import KDAGateSpec
 from hyperloom.codegen.emitters.matmul import (
-    MEAN_ROWS,
     SPLIT_ROWS,
     MatmulSpec,
     gemm_spec,
     kernel_names,
-    launch,
-    scratch,
-    scratch_y,
     source,
     tiles,
 )
+from hyperloom.codegen.emitters.matmul_launch import MEAN_ROWS, launch, scratch, scratch_y
 from hyperloom.config import overrides
 from tests.tolerances import assert_close, assert_rel
 

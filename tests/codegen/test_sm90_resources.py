@@ -181,7 +181,7 @@ def test_kda_chunk_kernels_fit_shared_memory(kernel: str, tmp_path) -> None:
 @pytest.mark.parametrize("rows", [1, 40, 512])  # GEMV; tensor-core tiles; the wide step's GEMM
 def test_shared_down_with_routed_addend_pipelines(rows: int, tmp_path) -> None:
     """GLM-5.3-Flash's shared expert down projection with the routed output added and hc_post
-    (a wide step: the GEMM storing result + addend to y) as `matmul.launch` runs it."""
+    (a wide step: the GEMM storing result + addend to y) as `matmul_launch.launch` runs it."""
     spec = matmul.MatmulSpec(k=2048, n=4096, epilogue="hc_post", hc=4, addend=True)
     wide = rows > matmul.SPLIT_ROWS
     gemm = matmul.split_spec(spec) if wide else spec
@@ -207,8 +207,8 @@ LLAMA_SITE = hc_pre.HCPreSpec(4, 4096, 1e-5, 1e-6, 20, 1e-5)  # llama bench's si
 def test_formed_sites_pipeline_without_spills(kind: str, tmp_path) -> None:
     """llama bench's one-row GEMVs around a formed site (form_sites): down with hc_post writing
     the next site's partials and stream parts, and the GEMVs that form a site's y from those
-    parts (2n A rows, their Gram, one more program for the gates) as `matmul.launch` runs them:
-    the weight stream stays pipelined and nothing spills."""
+    parts (2n A rows, their Gram, one more program for the gates) as `matmul_launch.launch` runs
+    them: the weight stream stays pipelined and nothing spills."""
     spec = {"down": matmul.MatmulSpec(12288, 4096, epilogue="hc_post", hc=4, site=LLAMA_SITE,
                                       site_parts=True),
             "gate_up": matmul.MatmulSpec(4096, 24576, epilogue="swiglu", site_in=LLAMA_SITE),
