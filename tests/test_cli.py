@@ -57,7 +57,9 @@ def test_dump_ir_layers_of_the_real_config(capsys, tmp_path):
     (("run", "--prompt-ids", "1,x"), "--prompt-ids"),
     (("run", "nosuchmodel"), "unknown model 'nosuchmodel'"),
     (("run", "llama", "--config", "huge"), "no config 'huge'"),
-    (("run", "llama", "--layers", "9"), "--layers 9"),
+    (("run", "llama", "--layers", "9"), "--layers 9: wants 1 to 2"),
+    (("run", "--top-p", "2", "--temperature", "-1"),
+     "temperature=-1.0 (wants >= 0), top_p=2.0 (wants 0 < top_p <= 1)"),
     (("run", "glm5next", "--config", "glm-5.3-flash"), "use --layers N"),
 ])
 def test_errors_are_one_line(capsys, argv, needle):

@@ -21,11 +21,11 @@ class Sampling:
     stop: tuple[int, ...] = ()  # token ids that end the sequence (the stop token is kept)
 
     def __post_init__(self) -> None:
-        bad = [f"{k}={v!r}" for k, v, ok in (
-            ("temperature", self.temperature, self.temperature >= 0),
-            ("top_k", self.top_k, self.top_k >= 0),
-            ("top_p", self.top_p, 0 < self.top_p <= 1),
-            ("max_new_tokens", self.max_new_tokens, self.max_new_tokens >= 1)) if not ok]
+        bad = [f"{k}={v!r} (wants {want})" for k, v, ok, want in (
+            ("temperature", self.temperature, self.temperature >= 0, ">= 0"),
+            ("top_k", self.top_k, self.top_k >= 0, ">= 0"),
+            ("top_p", self.top_p, 0 < self.top_p <= 1, "0 < top_p <= 1"),
+            ("max_new_tokens", self.max_new_tokens, self.max_new_tokens >= 1, ">= 1")) if not ok]
         if bad:
             raise InputError(f"bad sampling parameters: {', '.join(bad)}")
 

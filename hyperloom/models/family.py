@@ -53,7 +53,8 @@ def truncate(cfg: Any, layers: int) -> Any:
     """Keep the first `layers` decoder layers (per-layer lists are cut to match)."""
     total = cfg.num_hidden_layers
     if not 1 <= layers <= total:
-        raise SpecError(f"--layers {layers}: config has {total} layers (num_hidden_layers)")
+        raise SpecError(f"--layers {layers}: wants 1 to {total}, the config's layers "
+                        "(num_hidden_layers)")
     cut = {f.name: getattr(cfg, f.name)[:layers] for f in dataclasses.fields(cfg)
            if isinstance(getattr(cfg, f.name), tuple) and len(getattr(cfg, f.name)) == total}
     return dataclasses.replace(cfg, num_hidden_layers=layers, **cut)

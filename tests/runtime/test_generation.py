@@ -92,6 +92,6 @@ def test_bad_requests_are_refused_up_front():
         eng.step([])
     assert seq.length == 0 and eng.prefill(seq, torch.arange(3)[None]).shape[0] == 3  # [1, n]
     eng.free(seq)
-    with pytest.raises(InputError, match="top_p"):
+    with pytest.raises(InputError, match=r"top_p=0 \(wants 0 < top_p <= 1\)"):
         Sampling(top_p=0)
     assert len(eng._free) == 2 and eng.generate(PROMPTS[0], 2)  # nothing leaked
