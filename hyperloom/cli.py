@@ -24,11 +24,22 @@ from hyperloom.models import FAMILIES, Model, family
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
-def _ids(text: str) -> list[int]:
+def _ids(text: str, flag: str = "--prompt-ids") -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError as e:
-        raise InputError(f"--prompt-ids must be comma-separated integers, got {text!r}") from e
+        raise InputError(f"{flag} must be comma-separated integers, got {text!r}") from e
+
+
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"wants an integer >= 1, got {text!r}")
+    return value
 
 
 def cmd_models(args: argparse.Namespace) -> None:
@@ -88,8 +99,13 @@ def cmd_dump_plan(args: argparse.Namespace) -> None:
         print(comp.plan.text(), end="")
 
 
-def _sizes(text: str | None, gpu_default: str, cpu_default: str, gpu: bool) -> list[int]:
-    return _ids(text or (gpu_default if gpu else cpu_default))
+def _sizes(args: argparse.Namespace, flag: str, gpu: bool) -> list[int]:
+    """A bench flag's sizes (rows, tokens, sequences), its default (SIZES) where not given."""
+    text = getattr(args, flag[2:].replace("-", "_"))
+    sizes = _ids(text or SIZES[flag][0 if gpu else 1], flag)
+    if not sizes or min(sizes) < 1:
+        raise InputError(f"{flag} items must be positive integers, got {text!r}")
+    return sizes
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -110,6 +126,9 @@ def cmd_bench(args: argparse.Namespace) -> None:
                          f"interpreter); got --config {args.config}")
     dtype = torch.bfloat16 if gpu else torch.float32
     wanted = _wanted_scenarios(args.scenarios)
+    for flag in SIZES:  # every size flag checked before any work (a model, the limits)
+        _sizes(args, flag, gpu)
+    _decode_shapes(args.ctx or (DECODE_GPU if gpu else DECODE_CPU))
     model = hyperloom.build(args.model, args.config, args.layers, dtype)
     limits = measure_limits(device)
     # the engine's scenarios need random weights for the whole model (GLM-5.3-flash's MTP layer
@@ -183,35 +202,40 @@ def _bench_scenarios(args: argparse.Namespace, wanted: list[str], bench, kda,
     from hyperloom.bench.kda import DECAYS
 
     runs = []
+    sizes = partial(_sizes, args, gpu=gpu)
     if "decode" in wanted:
         shapes = _decode_shapes(args.ctx or (DECODE_GPU if gpu else DECODE_CPU))
         runs += [partial(_bench_decode, args, bench, c, b, i == 0)
                  for i, (b, c) in enumerate(shapes)]
     if "site" in wanted and bench.model.config.hc_mult > 1:
-        runs += [partial(bench.site, n) for n in _sizes(args.site_rows, "1,4096", "1,16", gpu)]
+        runs += [partial(bench.site, n) for n in sizes("--site-rows")]
     if "kda-decode" in wanted:
-        runs += [partial(kda.step, b) for b in _sizes(args.kda_batch, "1,16", "1,3", gpu)]
+        runs += [partial(kda.step, b) for b in sizes("--kda-batch")]
     if "kda-layer" in wanted:
-        runs += [partial(kda.layer, b) for b in _sizes(args.kda_batch, "1,16", "1,3", gpu)]
+        runs += [partial(kda.layer, b) for b in sizes("--kda-batch")]
     if "kda-prefill" in wanted:
-        runs += [partial(kda.prefill, n, d) for n in _sizes(args.kda_tokens, "8192", "20", gpu)
-                 for d in DECAYS]
+        runs += [partial(kda.prefill, n, d) for n in sizes("--kda-tokens") for d in DECAYS]
     if "moe-decode" in wanted:
-        runs += [partial(moe.step, b) for b in _sizes(args.moe_batch, "1,16,64", "1,3", gpu)]
+        runs += [partial(moe.step, b) for b in sizes("--moe-batch")]
     if "moe-prefill" in wanted:
-        runs += [partial(moe.prefill, n) for n in _sizes(args.moe_tokens, "4096", "20", gpu)]
+        runs += [partial(moe.prefill, n) for n in sizes("--moe-tokens")]
     if "dsa-decode" in wanted:  # contexts ascending: each row's attend growth is over the first
-        ctxs = sorted(_sizes(args.dsa_ctx, DSA_CTX_GPU, DSA_CTX_CPU, gpu))
-        runs += [partial(dsa.step, b, c) for b in _sizes(args.dsa_batch, "1,16", "1,3", gpu)
-                 for c in ctxs]
+        ctxs = sorted(sizes("--dsa-ctx"))
+        runs += [partial(dsa.step, b, c) for b in sizes("--dsa-batch") for c in ctxs]
     if "prefill" in wanted:  # last: max-autotune's compile is the longest part of a run
-        runs += [partial(bench.prefill, n) for n in _sizes(args.prefill_tokens, "2048", "24", gpu)]
+        runs += [partial(bench.prefill, n) for n in sizes("--prefill-tokens")]
     return runs
 
 
 # dsa-decode contexts; CPU: a few pools of GLM tiny's (39 completes a pool in the step, 100 has
 # a tail). GLM-5.3-Flash at 131072 x 16 sequences: 3.2 GiB of caches a copy, 2 copies timed
 DSA_CTX_GPU, DSA_CTX_CPU = "4096,32768,131072", "39,100"
+
+# each bench size flag's default on a GPU and on the CPU (the interpreter's few rows)
+SIZES = {"--site-rows": ("1,4096", "1,16"), "--kda-batch": ("1,16", "1,3"),
+         "--kda-tokens": ("8192", "20"), "--moe-batch": ("1,16,64", "1,3"),
+         "--moe-tokens": ("4096", "20"), "--dsa-batch": ("1,16", "1,3"),
+         "--prefill-tokens": ("2048", "24"), "--dsa-ctx": (DSA_CTX_GPU, DSA_CTX_CPU)}
 
 # decode scenarios, BATCHxCTX (a bare CTX: batch 1); CPU: the interpreter's few rows. The
 # largest KV caches (--config bench: 4 layers of 8 x 128 bf16 K and V, 16 KiB a token) are
@@ -287,7 +311,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     params = Sampling(args.temperature, args.top_k, args.top_p, args.seed, args.max_new_tokens,
-                      tuple(_ids(args.stop)) if args.stop else ())
+                      tuple(_ids(args.stop, "--stop")) if args.stop else ())
     eng, what, model = _engine(args)
     bar = tqdm(total=len(prompts) * args.max_new_tokens, unit="tok", leave=False,
                disable=args.json or not sys.stderr.isatty(), file=sys.stderr)
@@ -336,13 +360,14 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("model", choices=sorted(FAMILIES))
     _spec_args(c)
     c.add_argument("--dump", required=True, help="directory for the dump files")
-    c.add_argument("--max-rows", type=int, default=256, help="rows per step the arena holds")
+    c.add_argument("--max-rows", type=_positive, default=256,
+                   help="rows per step the arena holds")
     c.set_defaults(fn=cmd_compile, dtype="bfloat16")
 
     q = sub.add_parser("dump-plan", help="print the kernel plan, one line per kernel")
     q.add_argument("model", choices=sorted(FAMILIES))
     _spec_args(q)
-    q.add_argument("--max-rows", type=int, default=256)
+    q.add_argument("--max-rows", type=_positive, default=256)
     q.set_defaults(fn=cmd_dump_plan, dtype="bfloat16")
 
     _bench_parser(sub)

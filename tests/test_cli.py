@@ -60,6 +60,12 @@ def test_dump_ir_layers_of_the_real_config(capsys, tmp_path):
     (("run", "llama", "--layers", "9"), "--layers 9: wants 1 to 2"),
     (("run", "--top-p", "2", "--temperature", "-1"),
      "temperature=-1.0 (wants >= 0), top_p=2.0 (wants 0 < top_p <= 1)"),
+    (("run", "--stop", "a"), "--stop must be comma-separated integers, got 'a'"),
+    (("bench", "llama", "--config", "tiny-hc", "--scenarios", "site", "--site-rows", "0"),
+     "--site-rows items must be positive integers, got '0'"),
+    (("bench", "glm5next", "--scenarios", "kda-decode", "--kda-batch", "x"),
+     "--kda-batch must be comma-separated integers, got 'x'"),
+    (("bench", "llama", "--ctx", "16x"), "--ctx items are CTX or BATCHxCTX"),
     (("run", "glm5next", "--config", "glm-5.3-flash"), "use --layers N"),
 ])
 def test_errors_are_one_line(capsys, argv, needle):
@@ -134,6 +140,15 @@ def test_set_rejects_bad_knobs(capsys, item, needle):
     with pytest.raises(SystemExit) as exc:
         main(["--set", item, "models"])
     assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [("dump-plan", "llama", "--max-rows", "0"),
+                                  ("compile", "llama", "--dump", "out", "--max-rows", "-1")])
+def test_max_rows_must_be_positive(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    assert exc.value.code == 2
+    assert "--max-rows: wants an integer >= 1, got" in capsys.readouterr().err
 
 
 def test_set_overrides_a_knob_for_the_command_only(capsys, tmp_path):
