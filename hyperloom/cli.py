@@ -31,6 +31,17 @@ def _ids(text: str, flag: str = "--prompt-ids") -> list[int]:
         raise InputError(f"{flag} must be comma-separated integers, got {text!r}") from e
 
 
+def _device(text: str) -> torch.device:
+    """--device's value, refused by name when torch cannot use it here."""
+    try:
+        device = torch.device(text)
+    except RuntimeError as e:
+        raise InputError(f"--device {text!r}: not a torch device ({e})") from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"--device {text}: no CUDA device here (torch {torch.__version__})")
+    return device
+
+
 def _positive(text: str) -> int:
     """An argparse type: an integer >= 1."""
     try:
@@ -119,7 +130,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
     from hyperloom.bench.moe import MoEBench
     from hyperloom.bench.scenarios import TOLERANCE, Bench
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = _device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gpu = device.type == "cuda"
     if not gpu and args.config not in ("tiny", "tiny-hc"):
         raise InputError(f"without a GPU, bench runs the tiny configs only (Triton's "
@@ -292,7 +303,7 @@ def cmd_bench_plot(args: argparse.Namespace) -> None:
 
 
 def _engine(args: argparse.Namespace):
-    kw = dict(device=args.device, dtype=DTYPES[args.dtype], backend=args.backend)
+    kw = dict(device=_device(args.device), dtype=DTYPES[args.dtype], backend=args.backend)
     if Path(args.model).is_dir():
         eng = hyperloom.from_pretrained(args.model, **kw)
         return eng, args.model, eng.model
@@ -453,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with overrides(**sets):
             args.fn(args)
-    except HyperloomError as e:
+    except (HyperloomError, OSError) as e:  # OSError: a path to read or write (it names it)
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

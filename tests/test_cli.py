@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import hyperloom
 from hyperloom.cli import main
@@ -66,12 +67,27 @@ def test_dump_ir_layers_of_the_real_config(capsys, tmp_path):
     (("bench", "glm5next", "--scenarios", "kda-decode", "--kda-batch", "x"),
      "--kda-batch must be comma-separated integers, got 'x'"),
     (("bench", "llama", "--ctx", "16x"), "--ctx items are CTX or BATCHxCTX"),
+    (("run", "--device", "foo"), "--device 'foo': not a torch device"),
+    (("bench", "llama", "--device", "foo"), "--device 'foo': not a torch device"),
     (("run", "glm5next", "--config", "glm-5.3-flash"), "use --layers N"),
 ])
 def test_errors_are_one_line(capsys, argv, needle):
     rc, out, err = run(capsys, *argv)
     assert rc == 2 and out == ""
     assert err.startswith("error: ") and needle in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="names a CUDA device this machine has")
+def test_a_cuda_device_without_cuda_is_one_line(capsys):
+    rc, out, err = run(capsys, "run", "--device", "cuda")
+    assert rc == 2 and out == "" and err.startswith("error: --device cuda: no CUDA device here")
+
+
+def test_an_unwritable_dump_path_is_one_line(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    rc, out, err = run(capsys, "dump-ir", "llama", "--out", str(tmp_path / "file" / "dump"))
+    assert rc == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1
+    assert str(tmp_path / "file") in err
 
 
 def test_models_lists_every_config(capsys):
@@ -82,8 +98,6 @@ def test_models_lists_every_config(capsys):
 
 
 def test_run_a_checkpoint_directory(capsys, tmp_path):
-    import torch
-
     from hyperloom.models import family
     from hyperloom.models.checkpoint import save_checkpoint
     from hyperloom.models.random_weights import random_weights
