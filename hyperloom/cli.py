@@ -119,42 +119,59 @@ def _sizes(args: argparse.Namespace, flag: str, gpu: bool) -> list[int]:
     return sizes
 
 
-def cmd_bench(args: argparse.Namespace) -> None:
-    from hyperloom.bench import report
-    from hyperloom.bench.dsa import SCENARIOS as DSA_SCENARIOS
-    from hyperloom.bench.dsa import DSABench
-    from hyperloom.bench.kda import SCENARIOS as KDA_SCENARIOS
-    from hyperloom.bench.kda import KDABench
-    from hyperloom.bench.measure import measure_limits
-    from hyperloom.bench.moe import SCENARIOS as MOE_SCENARIOS
-    from hyperloom.bench.moe import MoEBench
-    from hyperloom.bench.scenarios import TOLERANCE, Bench
-
+def _bench_device(args: argparse.Namespace) -> tuple[torch.device, list[str]]:
+    """The bench's device and scenarios, every flag checked before any work (a model, the
+    limits)."""
     device = _device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gpu = device.type == "cuda"
     if not gpu and args.config not in ("tiny", "tiny-hc"):
         raise InputError(f"without a GPU, bench runs the tiny configs only (Triton's "
                          f"interpreter); got --config {args.config}")
-    dtype = torch.bfloat16 if gpu else torch.float32
     wanted = _wanted_scenarios(args.scenarios)
-    for flag in SIZES:  # every size flag checked before any work (a model, the limits)
+    for flag in SIZES:
         _sizes(args, flag, gpu)
     _decode_shapes(args.ctx or (DECODE_GPU if gpu else DECODE_CPU))
-    model = hyperloom.build(args.model, args.config, args.layers, dtype)
-    limits = measure_limits(device)
-    # the engine's scenarios need random weights for the whole model (GLM-5.3-flash's MTP layer
-    # alone is 15 GiB); the kernels' scenarios (KDA, MoE, DSA) only their layer's sizes
-    engine = set(wanted) & set(ENGINE_SCENARIOS)
+    _prefill_modes(args.prefill_modes)
+    return device, wanted
+
+
+def _benches(args: argparse.Namespace, wanted: list[str], model: Model, device: torch.device,
+             limits) -> tuple:
+    """(engine, KDA, MoE, DSA) benches, each only where a wanted scenario needs it: the engine's
+    scenarios need random weights for the whole model (GLM-5.3-flash's MTP layer alone is 15
+    GiB), the kernels' scenarios only their layer's sizes."""
+    from hyperloom.bench.dsa import SCENARIOS as DSA_SCENARIOS
+    from hyperloom.bench.dsa import DSABench
+    from hyperloom.bench.kda import SCENARIOS as KDA_SCENARIOS
+    from hyperloom.bench.kda import KDABench
+    from hyperloom.bench.moe import SCENARIOS as MOE_SCENARIOS
+    from hyperloom.bench.moe import MoEBench
+    from hyperloom.bench.scenarios import TOLERANCE, Bench
+
+    gpu = device.type == "cuda"
+    dtype = torch.bfloat16 if gpu else torch.float32
     profile = (10 if gpu else 1) if args.profile else 0
-    bench = (Bench(model, device, dtype, TOLERANCE[dtype], compile_modes=not args.no_compile,
-                   profile_steps=profile, prefill_modes=_prefill_modes(args.prefill_modes))
-             if engine else None)
-    kda = (KDABench(model, device, dtype, TOLERANCE[dtype], profile_steps=profile)
-           if set(wanted) & set(KDA_SCENARIOS) else None)
-    moe = (MoEBench(model, device, dtype, TOLERANCE[dtype], profile_steps=profile)
-           if set(wanted) & set(MOE_SCENARIOS) else None)
-    dsa = (DSABench(model, device, dtype, TOLERANCE[dtype], limits, profile_steps=profile)
+    common = (model, device, dtype, TOLERANCE[dtype])
+    bench = (Bench(*common, compile_modes=not args.no_compile, profile_steps=profile,
+                   prefill_modes=_prefill_modes(args.prefill_modes))
+             if set(wanted) & set(ENGINE_SCENARIOS) else None)
+    kda = KDABench(*common, profile_steps=profile) if set(wanted) & set(KDA_SCENARIOS) else None
+    moe = MoEBench(*common, profile_steps=profile) if set(wanted) & set(MOE_SCENARIOS) else None
+    dsa = (DSABench(*common, limits, profile_steps=profile)
            if set(wanted) & set(DSA_SCENARIOS) else None)
+    return bench, kda, moe, dsa
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    from hyperloom.bench import report
+    from hyperloom.bench.measure import measure_limits
+
+    device, wanted = _bench_device(args)
+    gpu = device.type == "cuda"
+    model = hyperloom.build(args.model, args.config, args.layers,
+                            torch.bfloat16 if gpu else torch.float32)
+    limits = measure_limits(device)
+    bench, kda, moe, dsa = _benches(args, wanted, model, device, limits)
     what = f"{args.model} --config {args.config}" + (f" --layers {args.layers}"
                                                      if args.layers else "")
     info = report.meta(device, limits, what)
