@@ -445,7 +445,6 @@ def _bench_parser(sub) -> None:
     bn.set_defaults(fn=cmd_bench)
 
 
-
 def _run_parser(sub) -> None:
     """`hyperloom run`: the model, prompts and sampling."""
     r = sub.add_parser("run", help="greedy generation (default: tiny GLM-5.3, random weights)")

@@ -92,7 +92,7 @@ def _site_operands(entry: KernelEntry, spec: matmul.MatmulSpec, out: torch.Tenso
 
 
 def hc_pre_scratch(spec: hc_pre.HCPreSpec, x: torch.Tensor, o: Operands,
-                    device) -> tuple[torch.Tensor, torch.Tensor]:
+                   device) -> tuple[torch.Tensor, torch.Tensor]:
     """(partials, ticket counters): one pair serves every site of this shape in turn."""
     return o.buffer(("hc_pre", spec, x.shape[0]),
                     lambda: hc_pre_launch.scratch(spec, x.shape[0], device))
