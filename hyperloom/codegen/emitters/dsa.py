@@ -11,7 +11,8 @@ else from the cache. Padding rows (slot < 0) and positions past the capacity wri
 pools (those whose last token is <= pos): sum_h w_h h^-1/2 relu(qI_h . key d^-1/2), IT blocks of
 BP pools a program (score_blocks). Programs past the row's pools exit, so the grid depends on the
 rows and the capacity only (a captured launch stays valid). Above dsa_select.SMALL_POOLS pools
-it also counts each sparse row's top-bits histogram for the segmented select.
+it also counts each sparse row's top-bits histogram for the segmented select (and zeroes
+the row's count of candidates).
 
 Paged (spec.block_size = B > 0): keys is a block pool [num_blocks, B, 2d] behind a block table
 (`paging`); the pooled keys (one row per pool, 1/(2P) of the keys) stay one block per slot.
@@ -109,8 +110,9 @@ def _score_source(name: str, spec: DSASpec) -> str:
     up = ".to(tl.float32)" if CONFIG.interpret else ""  # the interpreter's low-precision dots
     return f'''
 @triton.jit
-def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, sq, sw, pc_s0, pc_s1,
-        ssc, npools, count, H: tl.constexpr = {spec.heads}, HP: tl.constexpr = {_p2(spec.heads)},
+def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, cnt_ptr, sq, sw, pc_s0,
+        pc_s1, ssc, npools, count, H: tl.constexpr = {spec.heads},
+        HP: tl.constexpr = {_p2(spec.heads)},
         D: tl.constexpr = {spec.head_dim}, DP: tl.constexpr = {_p2(spec.head_dim)},
         P: tl.constexpr = {spec.kpool}, BP: tl.constexpr = {BP}, IT: tl.constexpr = 1,
         SCALE: tl.constexpr = {spec.head_dim ** -0.5!r},
@@ -129,6 +131,8 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, sq, sw, p
                 other=0.0)
     w = tl.load(w_ptr + r * sw + h, mask=hm, other=0.0).to(tl.float32) * WSCALE
     counted = (count != 0) & (n > K)  # the segmented select's histogram: sparse rows only
+    if counted & (tl.program_id(1) == 0):
+        tl.store(cnt_ptr + r, 0)  # the candidates' count: the select appends from 0
     for i in range(IT):
         j = (tl.program_id(1) * IT + i) * BP + tl.arange(0, BP)
         jm = j < n
@@ -197,7 +201,7 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
     count = dsa_select.segments(pools) > 0  # the segmented select's histogram, with the scores
     it = score_blocks(rows, pools)
     score[(rows, cdiv(max(1, pools), BP * it))](
-        qi, w, slot, pos, pooled, work.scores, work.hist, qi.stride(0), w.stride(0),
+        qi, w, slot, pos, pooled, work.scores, work.hist, work.counts, qi.stride(0), w.stride(0),
         pooled.stride(0), pooled.stride(1), work.scores.stride(0), pools, int(count), IT=it,
         num_warps=WARPS)
     try:
@@ -205,5 +209,4 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
                                  pools=pools, counted=True)
     except BaseException:  # a launch that failed (say, its first compile) clears after it
         work.hist.zero_()
-        work.counts.zero_()
         raise

@@ -12,11 +12,11 @@ Caches of more than SMALL_POOLS pools select in segments of SEG pools, in two la
 histogram of each sparse row's top TOP key bits (counted by the score kernel as it writes the
 scores, or by {name}_hist; rows with at most K pools visible take them all). {name}_cands, grid
 (rows, segments): finds the bin of the K-th key, counts its segment's keys above that bin and
-appends those in it (the candidates) to the row's list; the row's last program (by ticket)
-finds the K-th key among the candidates (bit by bit over their keys in registers; 3 more 8-bit
-passes past SEG of them) and clears the row's histogram and counters for the next step.
-{name}_write, grid (rows, segments): places its segment's pools after those of the earlier
-segments.
+appends those in it (the candidates) to the row's list. {name}_write, grid (rows, segments):
+every program finds the K-th key among its row's candidates (bit by bit over their keys in
+registers; 3 more 8-bit passes past SEG of them) and places its segment's pools after those of
+the earlier segments; the row's first clears the histogram for the next step. No program
+waits for another's result within a launch (one chain: histogram, candidates, write).
 """
 
 from __future__ import annotations
@@ -106,27 +106,6 @@ def _kth_key(row_ptr, n, k, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _kth_candidate(row_ptr, cand_ptr, nc, top, need, BLOCK: tl.constexpr):
-    \"\"\"(key, take) as _kth_key gives them, from the nc candidates row[cand[:nc]]: the keys
-    in bin `top` of the top-bits histogram, of which the need-th largest is the K-th key (more
-    than BLOCK: 3 radix passes over them).\"\"\"
-    if nc <= BLOCK:  # the usual case: the candidates' keys stay in registers, and the
-        # K-th key is the largest t with need keys >= t, found bit by bit (32 - {top} sums)
-        j = tl.arange(0, BLOCK)
-        u = tl.where(j < nc, _keys(row_ptr, cand_ptr, j, j < nc, True), -1)
-        thr = top.to(tl.int64) << (32 - {top})
-        for b in tl.static_range(32 - {top}):
-            t = thr + (1 << (31 - {top} - b))
-            thr = tl.where(tl.sum((u >= t).to(tl.int32), axis=0) >= need, t, thr)
-        return thr, need - tl.sum((u > thr).to(tl.int32), axis=0)
-    prefix = (top >> ({top} - 8)).to(tl.int64) << 24  # the bin's bits below 24 return in pass 1
-    for i in tl.static_range(3):  # digits at bits 16, 8, 0
-        hist = _histogram(row_ptr, cand_ptr, nc, prefix, 16 - 8 * i, BLOCK, True)
-        prefix, need = _pick(hist, prefix, need, 16 - 8 * i)
-    return prefix, need
-
-
-@triton.jit
 def _before(row_ptr, cand_ptr, nc, thr, start, BLOCK: tl.constexpr):
     \"\"\"(above, at): the candidates among pools before `start` with keys above thr, at thr.\"\"\"
     above = nc * 0
@@ -139,6 +118,34 @@ def _before(row_ptr, cand_ptr, nc, thr, start, BLOCK: tl.constexpr):
         above += tl.sum((early & (u > thr)).to(tl.int32), axis=0)
         at += tl.sum((early & (u == thr)).to(tl.int32), axis=0)
 {cand_tail}    return above, at
+
+
+@triton.jit
+def _cut(row_ptr, cand_ptr, nc, top, need, start, BLOCK: tl.constexpr):
+    \"\"\"(thr, take, above, at): the K-th key and how many keys equal to it the top k hold,
+    found among the nc candidates row[cand[:nc]] (the keys in bin `top` of the top-bits
+    histogram, of which the need-th largest is the K-th key), and the candidates before pool
+    `start` above it and at it. More than BLOCK candidates: 3 radix passes, then _before.\"\"\"
+    if nc <= BLOCK:  # the usual case: the candidates' keys stay in registers, and the
+        # K-th key is the largest t with need keys >= t, found bit by bit (32 - {top} sums)
+        j = tl.arange(0, BLOCK)
+        m = j < nc
+        i = tl.load(cand_ptr + j, mask=m, other=0)
+        u = tl.where(m, _ordered(tl.load(row_ptr + i, mask=m, other=0.0)), -1)
+        thr = top.to(tl.int64) << (32 - {top})
+        for b in tl.static_range(32 - {top}):
+            t = thr + (1 << (31 - {top} - b))
+            thr = tl.where(tl.sum((u >= t).to(tl.int32), axis=0) >= need, t, thr)
+        early = m & (i < start)
+        return (thr, need - tl.sum((u > thr).to(tl.int32), axis=0),
+                tl.sum((early & (u > thr)).to(tl.int32), axis=0),
+                tl.sum((early & (u == thr)).to(tl.int32), axis=0))
+    prefix = (top >> ({top} - 8)).to(tl.int64) << 24  # the bin's bits below 24 return in pass 1
+    for k in tl.static_range(3):  # digits at bits 16, 8, 0
+        hist = _histogram(row_ptr, cand_ptr, nc, prefix, 16 - 8 * k, BLOCK, True)
+        prefix, need = _pick(hist, prefix, need, 16 - 8 * k)
+    above, at = _before(row_ptr, cand_ptr, nc, prefix, start, BLOCK)
+    return prefix, need, above, at
 
 
 @triton.jit
@@ -223,62 +230,55 @@ def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, BLOCK: tl.conste
 
 
 @triton.jit
-def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, ssc, npools, {consts}):
+def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, cnt_ptr, ssc, npools, {consts}):
 {visible}    g = tl.program_id(1)
     j = g * SEG + tl.arange(0, SEG)
     if n > K:
         _count(hist_ptr + r * NB, tl.load(sc_ptr + r * ssc + j, mask=j < n, other=0.0), j < n,
                NB)
+        if g == 0:
+            tl.store(cnt_ptr + r, 0)  # the candidates' count: cands appends from 0
 
 
 @triton.jit
 def {name}_cands(sc_ptr, slot_ptr, pos_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr, cand_ptr,
-        ssc, scand, npools, rows_cap, segs_cap, {consts}):
+        ssc, scand, npools, segs_cap, {consts}):
 {visible}    g = tl.program_id(1)
     if (n > K) & (g * SEG < n):  # dense rows (n <= K) take every pool: nothing to find
         bins = tl.arange(0, NB)
         hist = tl.load(hist_ptr + r * NB + bins)
         at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
         top = tl.max(tl.where(at_or_above >= K, bins, 0), axis=0)  # the K-th key's bin
+        if g == 0:  # its rank among the bin's keys
+            tl.store(state_ptr + r * 2, top)
+            tl.store(state_ptr + r * 2 + 1, K - tl.sum(tl.where(bins > top, hist, 0), axis=0))
         j = g * SEG + tl.arange(0, SEG)
         jm = j < n
         u = _ordered(tl.load(sc_ptr + r * ssc + j, mask=jm, other=0.0)) >> (32 - TOP)
         tl.store(sure_ptr + r * segs_cap + g, tl.sum((jm & (u > top)).to(tl.int32), axis=0))
         cand = (jm & (u == top)).to(tl.int32)
-        at = tl.atomic_add(cnt_ptr + r, tl.sum(cand, axis=0)) + tl.cumsum(cand, axis=0) - 1
-        tl.store(cand_ptr + r * scand + at, j, mask=cand > 0)
-        # every thread's appends are written before the ticket; the row's last program finds
-        # the K-th key among the candidates and clears the row's scratch for the next step
-        tl.debug_barrier()
-        ticket = tl.atomic_add(cnt_ptr + rows_cap + r, 1, sem="acq_rel")
-        if ticket == (n + SEG - 1) // SEG - 1:
-            tl.debug_barrier()
-            nc = tl.atomic_add(cnt_ptr + r, 0)
-            thr, take = _kth_candidate(sc_ptr + r * ssc, cand_ptr + r * scand, nc, top,
-                                       K - tl.sum(tl.where(bins > top, hist, 0), axis=0), SEG)
-            tl.store(state_ptr + r * 3, thr)
-            tl.store(state_ptr + r * 3 + 1, take.to(tl.int64))
-            tl.store(state_ptr + r * 3 + 2, nc.to(tl.int64))
-            tl.store(hist_ptr + r * NB + bins, tl.zeros((NB,), tl.int32))
-            tl.store(cnt_ptr + r, 0)
-            tl.store(cnt_ptr + rows_cap + r, 0)
+        count = tl.sum(cand, axis=0)
+        if count > 0:
+            at = tl.atomic_add(cnt_ptr + r, count, sem="relaxed") + tl.cumsum(cand, axis=0) - 1
+            tl.store(cand_ptr + r * scand + at, j, mask=cand > 0)
 
 
 @triton.jit
-def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, state_ptr, sure_ptr, cand_ptr, ssc, so,
-        scand, npools, segs_cap, GB: tl.constexpr, {consts}):
+def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr,
+        cand_ptr, ssc, so, scand, npools, segs_cap, GB: tl.constexpr, {consts}):
 {visible}    g = tl.program_id(1)
     segs = (n + SEG - 1) // SEG
     thr = n.to(tl.int64) * 0 - 1  # dense: every pool, those before this segment included
     take = n * 0
     done = g * SEG
     ties = n * 0
-    if (n > K) & (g < segs):
-        thr = tl.load(state_ptr + r * 3)
-        take = tl.load(state_ptr + r * 3 + 1).to(tl.int32)
-        nc = tl.load(state_ptr + r * 3 + 2).to(tl.int32)
-        above, ties = _before(sc_ptr + r * ssc, cand_ptr + r * scand, nc, thr, g * SEG, SEG)
+    if (n > K) & (g < segs):  # every program finds the K-th key among the row's candidates
+        thr, take, above, ties = _cut(sc_ptr + r * ssc, cand_ptr + r * scand,
+                                      tl.load(cnt_ptr + r), tl.load(state_ptr + r * 2),
+                                      tl.load(state_ptr + r * 2 + 1), g * SEG, SEG)
         done = _earlier(sure_ptr + r * segs_cap, g, GB) + above + tl.minimum(ties, take)
+        if g == 0:  # cands has read the histogram: cleared for the next step's count
+            tl.store(hist_ptr + r * NB + tl.arange(0, NB), tl.zeros((NB,), tl.int32))
     if g < segs:
         _emit(sc_ptr + r * ssc, out_ptr + r * so, g * SEG, tl.minimum(n, (g + 1) * SEG), thr,
               take, done, ties, P, PP, SEG)
@@ -290,11 +290,11 @@ def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, state_ptr, sure_ptr, cand_p
 @dataclass(frozen=True)
 class Work:
     """Scratch of up to max_rows rows: pool scores fp32 [rows, S // P]; for the segmented
-    select (else one element each): the top-bits histograms int32 [rows, 2^TOP], the
-    candidates' counts and the tickets int32 [2, rows] (all three zero between steps), the K-th
-    key, how many keys at it the top k hold and the candidates' count int64 [rows, 3], each
-    segment's keys above the K-th key's bin int32 [rows, segments] and the candidates (pool
-    indices) int32 [rows, S // P]."""
+    select (else one element each): the top-bits histograms int32 [rows, 2^TOP] (zero
+    between steps), the K-th key's bin and its rank among the bin's keys int32 [rows, 2], each
+    segment's keys above that bin int32 [rows, segments], the candidates' counts int32 [rows]
+    (zeroed by the kernel that counts the histogram) and the candidates (pool indices) int32
+    [rows, S // P]."""
     scores: torch.Tensor
     hist: torch.Tensor
     state: torch.Tensor
@@ -311,8 +311,8 @@ def scratch(max_rows: int, pooled: torch.Tensor) -> Work:
     i32 = dict(dtype=torch.int32, device=dev)
     return Work(torch.empty((max_rows, pools), dtype=torch.float32, device=dev),
                 torch.zeros((rows, 1 << TOP if segs else 1), **i32),
-                torch.empty((rows, 3), dtype=torch.int64, device=dev),
-                torch.empty((rows, max(1, segs)), **i32), torch.zeros((2, rows), **i32),
+                torch.empty((rows, 2), **i32), torch.empty((rows, max(1, segs)), **i32),
+                torch.zeros((rows,), **i32),
                 torch.empty((rows, pools if segs else 1), **i32))
 
 
@@ -329,7 +329,8 @@ def fits(spec: DSASpec, work: Work, out: torch.Tensor, rows: int, pools: int) ->
             lambda: f"DSA score scratch {tuple(sc.shape)} does not fit {rows} rows x {pools} "
                     "pools")
     require(not segs or (work.hist.shape == (work.sure.shape[0], 1 << TOP)
-                         and work.counts.shape == (2, work.sure.shape[0])
+                         and work.counts.shape == (work.sure.shape[0],)
+                         and work.state.shape == (work.sure.shape[0], 2)
                          and work.sure.shape[0] >= rows and work.sure.shape[1] >= segs
                          and work.cands.shape[1] >= pools),
             lambda: f"DSA selection scratch does not fit {rows} rows x {pools} pools")
@@ -358,8 +359,10 @@ def launch_select(kernels, *, work: Work, slot: torch.Tensor, pos: torch.Tensor,
         return
     w, cap = work, work.sure.shape[1]
     if not counted:
-        hist[(rows, segs)](sc, slot, pos, w.hist, sc.stride(0), pools, num_warps=WARPS)
+        hist[(rows, segs)](sc, slot, pos, w.hist, w.counts, sc.stride(0), pools,
+                           num_warps=WARPS)
     cands[(rows, segs)](sc, slot, pos, w.hist, w.state, w.sure, w.counts, w.cands, sc.stride(0),
-                        w.cands.stride(0), pools, w.counts.shape[1], cap, num_warps=WARPS)
-    write[(rows, segs)](sc, slot, pos, out, w.state, w.sure, w.cands, sc.stride(0),
-                        out.stride(0), w.cands.stride(0), pools, cap, GB=GB, num_warps=WARPS)
+                        w.cands.stride(0), pools, cap, num_warps=WARPS)
+    write[(rows, segs)](sc, slot, pos, out, w.hist, w.state, w.sure, w.counts, w.cands,
+                        sc.stride(0), out.stride(0), w.cands.stride(0), pools, cap, GB=GB,
+                        num_warps=WARPS)
