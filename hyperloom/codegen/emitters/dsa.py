@@ -117,6 +117,7 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, cnt_ptr, 
         P: tl.constexpr = {spec.kpool}, BP: tl.constexpr = {BP}, IT: tl.constexpr = 1,
         SCALE: tl.constexpr = {spec.head_dim ** -0.5!r},
         WSCALE: tl.constexpr = {spec.heads ** -0.5!r}, NB: tl.constexpr = {1 << dsa_select.TOP},
+        CP: tl.constexpr = {dsa_select.COPIES},
         K: tl.constexpr = {spec.topk // spec.kpool}):
 {pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     s = tl.load(slot_ptr + r).to(tl.int64)
@@ -143,7 +144,7 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, cnt_ptr, 
         sc = tl.where(sc == 0.0, 0.0, sc)  # -0.0 ties +0.0, as in torch.topk
         tl.store(sc_ptr + r * ssc + j, sc, mask=jm)
         if counted:
-            _count(hist_ptr + r * NB, sc, jm, NB)
+            _count(hist_ptr + (r * CP + tl.program_id(1) % CP) * NB, sc, jm, NB)
 '''
 
 

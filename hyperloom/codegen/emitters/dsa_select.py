@@ -36,6 +36,8 @@ from hyperloom.errors import require
 # program each (one program a row took 115.6 us at 32768 pools, 31.4 at 8192: BENCHMARKS)
 SMALL_BLOCK, SMALL_POOLS, SEG = 1024, 2048, 1024
 TOP = 12  # key bits of the segmented select's first histogram (one bin: 1/8 of an octave)
+COPIES = 1  # copies of each row's histogram: program g counts into copy g % COPIES (fewer
+# atomics on one bin at a time), cands sums them
 GB = 32  # segments' counts summed per load
 WARPS, SELECT_WARPS = 4, 8  # a segment's program; a row's selection in one program: more threads
 
@@ -210,7 +212,7 @@ def source(name: str, spec: DSASpec) -> str:
               f"TAIL: tl.constexpr = {spec.select_tail and p > 1}, "
               f"FILL: tl.constexpr = {min(1024, next_power_of_2(spec.topk))}, "
               f"SEG: tl.constexpr = {SEG}, TOP: tl.constexpr = {TOP}, "
-              f"NB: tl.constexpr = {1 << TOP}")
+              f"NB: tl.constexpr = {1 << TOP}, CP: tl.constexpr = {COPIES}")
     visible = pdl("    ") + '''    r = tl.program_id(0).to(tl.int64)
     s = tl.load(slot_ptr + r)
     p = tl.load(pos_ptr + r)
@@ -234,8 +236,8 @@ def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, cnt_ptr, ssc, npools, {cons
 {visible}    g = tl.program_id(1)
     j = g * SEG + tl.arange(0, SEG)
     if n > K:
-        _count(hist_ptr + r * NB, tl.load(sc_ptr + r * ssc + j, mask=j < n, other=0.0), j < n,
-               NB)
+        _count(hist_ptr + (r * CP + g % CP) * NB,
+               tl.load(sc_ptr + r * ssc + j, mask=j < n, other=0.0), j < n, NB)
         if g == 0:
             tl.store(cnt_ptr + r, 0)  # the candidates' count: cands appends from 0
 
@@ -246,7 +248,9 @@ def {name}_cands(sc_ptr, slot_ptr, pos_ptr, hist_ptr, state_ptr, sure_ptr, cnt_p
 {visible}    g = tl.program_id(1)
     if (n > K) & (g * SEG < n):  # dense rows (n <= K) take every pool: nothing to find
         bins = tl.arange(0, NB)
-        hist = tl.load(hist_ptr + r * NB + bins)
+        hist = tl.load(hist_ptr + r * CP * NB + bins)
+        for c in tl.static_range(1, CP):
+            hist += tl.load(hist_ptr + (r * CP + c) * NB + bins)
         at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
         top = tl.max(tl.where(at_or_above >= K, bins, 0), axis=0)  # the K-th key's bin
         if g == 0:  # its rank among the bin's keys
@@ -278,7 +282,9 @@ def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, hist_ptr, state_ptr, sure_p
                                       tl.load(state_ptr + r * 2 + 1), g * SEG, SEG)
         done = _earlier(sure_ptr + r * segs_cap, g, GB) + above + tl.minimum(ties, take)
         if g == 0:  # cands has read the histogram: cleared for the next step's count
-            tl.store(hist_ptr + r * NB + tl.arange(0, NB), tl.zeros((NB,), tl.int32))
+            for c in tl.static_range(CP):
+                tl.store(hist_ptr + (r * CP + c) * NB + tl.arange(0, NB),
+                         tl.zeros((NB,), tl.int32))
     if g < segs:
         _emit(sc_ptr + r * ssc, out_ptr + r * so, g * SEG, tl.minimum(n, (g + 1) * SEG), thr,
               take, done, ties, P, PP, SEG)
@@ -290,8 +296,8 @@ def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, hist_ptr, state_ptr, sure_p
 @dataclass(frozen=True)
 class Work:
     """Scratch of up to max_rows rows: pool scores fp32 [rows, S // P]; for the segmented
-    select (else one element each): the top-bits histograms int32 [rows, 2^TOP] (zero
-    between steps), the K-th key's bin and its rank among the bin's keys int32 [rows, 2], each
+    select (else one element each): the top-bits histograms int32 [rows, COPIES * 2^TOP]
+    (zero between steps), the K-th key's bin and its rank among the bin's keys int32 [rows, 2], each
     segment's keys above that bin int32 [rows, segments], the candidates' counts int32 [rows]
     (zeroed by the kernel that counts the histogram) and the candidates (pool indices) int32
     [rows, S // P]."""
@@ -310,7 +316,7 @@ def scratch(max_rows: int, pooled: torch.Tensor) -> Work:
     rows = max_rows if segs else 1
     i32 = dict(dtype=torch.int32, device=dev)
     return Work(torch.empty((max_rows, pools), dtype=torch.float32, device=dev),
-                torch.zeros((rows, 1 << TOP if segs else 1), **i32),
+                torch.zeros((rows, COPIES << TOP if segs else 1), **i32),
                 torch.empty((rows, 2), **i32), torch.empty((rows, max(1, segs)), **i32),
                 torch.zeros((rows,), **i32),
                 torch.empty((rows, pools if segs else 1), **i32))
@@ -328,7 +334,7 @@ def fits(spec: DSASpec, work: Work, out: torch.Tensor, rows: int, pools: int) ->
     require(sc.shape[0] >= rows and sc.shape[1] >= pools and sc.stride(1) == 1,
             lambda: f"DSA score scratch {tuple(sc.shape)} does not fit {rows} rows x {pools} "
                     "pools")
-    require(not segs or (work.hist.shape == (work.sure.shape[0], 1 << TOP)
+    require(not segs or (work.hist.shape == (work.sure.shape[0], COPIES << TOP)
                          and work.counts.shape == (work.sure.shape[0],)
                          and work.state.shape == (work.sure.shape[0], 2)
                          and work.sure.shape[0] >= rows and work.sure.shape[1] >= segs
