@@ -277,10 +277,11 @@ def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, hist_ptr, state_ptr, sure_p
     done = g * SEG
     ties = n * 0
     if (n > K) & (g < segs):  # every program finds the K-th key among the row's candidates
+        earlier = _earlier(sure_ptr + r * segs_cap, g, GB)  # loads issued before the search
         thr, take, above, ties = _cut(sc_ptr + r * ssc, cand_ptr + r * scand,
                                       tl.load(cnt_ptr + r), tl.load(state_ptr + r * 2),
                                       tl.load(state_ptr + r * 2 + 1), g * SEG, SEG)
-        done = _earlier(sure_ptr + r * segs_cap, g, GB) + above + tl.minimum(ties, take)
+        done = earlier + above + tl.minimum(ties, take)
         if g == 0:  # cands has read the histogram: cleared for the next step's count
             for c in tl.static_range(CP):
                 tl.store(hist_ptr + (r * CP + c) * NB + tl.arange(0, NB),
