@@ -279,7 +279,7 @@ def test_few_row_finish_does_not_spill(few: bool, tmp_path) -> None:
     warps = hc_pre.FEW_WARPS if few else hc_pre.FINISH_WARPS
     k = _sm90(tmp_path, source, "probe_finish", types, {"FEW": few}, warps, 1,
               ("sx_row", "sx_stream", "s_fn", "sy_row"))
-    assert k["registers"] <= 128 and k["spill_bytes"] <= 8, k
+    assert k["registers"] <= 128 and k["spill_bytes"] == 0, k
     print(k)
 
 
@@ -293,11 +293,11 @@ SELECT_TYPES = {"sc_ptr": "*fp32", "slot_ptr": "*i64", "pos_ptr": "*i64", "out_p
 def test_dsa_select_kernels_compile_without_spills(kernel: str, tmp_path) -> None:
     """The segmented select's kernels at GLM-5.3-Flash's size compile in their GPU form (the PDL
     wait in), each write program holding its row's candidates' keys in registers: ptxas gives
-    write 96 registers and 8 bytes of spill, cands 80 and none (the ticketed cands before gave 128
-    registers and 4 bytes)."""
+    write 72 registers, cands 80, neither spilling (the ticketed cands before: 128 registers
+    and 4 bytes of spill)."""
     spec = DSASpec(32, 128, 2048, 4, True, 64)
     with overrides(interpret=False):
         source = dsa_emitter.source("probe", spec)
     k = _sm90(tmp_path, source, f"probe_{kernel}", SELECT_TYPES, {"GB": dsa_select.GB},
               dsa_select.WARPS, 3)
-    assert k["registers"] <= 128 and k["spill_bytes"] <= 8, k
+    assert k["registers"] <= 128 and k["spill_bytes"] == 0, k
