@@ -263,11 +263,12 @@ def test_radix_select_equals_a_stable_topk(n: int, gb: int, monkeypatch) -> None
         assert out[r, 64:].tolist() == [t if t <= pos[r] else -1 for t in range(tail, tail + 3)]
 
 
-@pytest.mark.parametrize("copies", [1, 2])
-def test_segmented_select_of_rows_with_few_pools_visible(copies: int, monkeypatch) -> None:
+@pytest.mark.parametrize("most", [1, 8])
+def test_segmented_select_of_rows_with_few_pools_visible(most: int, monkeypatch) -> None:
     """A cache of 3000 pools (segmented) whose rows see 10 (dense), 1100 (two segments) and
-    3000 pools: each takes the stable top-k of its own pools (the histogram in `copies`)."""
-    monkeypatch.setattr(dsa_select, "COPIES", copies)
+    3000 pools: each takes the stable top-k of its own pools (3 rows: histograms in 1 or 2
+    copies)."""
+    monkeypatch.setattr(dsa_select, "MAX_COPIES", most)
     spec = DSASpec(4, 16, 64, 4, False)
     scores = torch.randn(3, 3000, generator=torch.Generator().manual_seed(1))
     pos = torch.tensor([4 * 10 - 1, 4 * 1100 - 1, 4 * 3000 - 1])
@@ -378,13 +379,14 @@ def test_dense_rows_read_no_index() -> None:
     assert (split[dense.nonzero().flatten()] == 0).all(), "the split form reads the index"
 
 
-@pytest.mark.parametrize("block_size, copies", [(0, 1), (16, 1), (0, 3)])
-def test_segmented_select_counted_by_the_score_kernel(block_size: int, copies: int,
+@pytest.mark.parametrize("block_size, most", [(0, 1), (16, 4), (0, 8)])
+def test_segmented_select_counted_by_the_score_kernel(block_size: int, most: int,
                                                       monkeypatch) -> None:
     """Caches of 16 pools select in segments of 4 (SMALL_POOLS 4): the score kernel counts the
-    histogram (in `copies` copies) as it scores, the selection clears it; prompts in chunks,
-    then decode steps of two sequences and a padding row."""
-    monkeypatch.setattr(dsa_select, "COPIES", copies)
+    histogram (in copies up to `most`: 3-row steps take most // 3) as it scores, the
+    selection clears it; prompts in chunks, then decode steps of two sequences and a padding
+    row, then of one sequence."""
+    monkeypatch.setattr(dsa_select, "MAX_COPIES", most)
     monkeypatch.setattr(dsa_select, "SMALL_POOLS", 4)
     monkeypatch.setattr(dsa_select, "SEG", 4)
     h = Harness(*specs(block_size=block_size), slots=2, capacity=64, seed=10)
@@ -396,6 +398,7 @@ def test_segmented_select_counted_by_the_score_kernel(block_size: int, copies: i
         work = b["scores"]
         assert (work.hist == 0).all(), "histogram left dirty"
         h.step([1, 0, -1], [p, p - 15, 0])
+    h.step([0], [33])
 
 
 def test_a_wrong_index_is_refused_before_any_launch(monkeypatch) -> None:

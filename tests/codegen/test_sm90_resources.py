@@ -289,8 +289,9 @@ SELECT_TYPES = {"sc_ptr": "*fp32", "slot_ptr": "*i64", "pos_ptr": "*i64", "out_p
                 "npools": "i32", "segs_cap": "i32"}
 
 
-@pytest.mark.parametrize("kernel", ["cands", "write"])
-def test_dsa_select_kernels_compile_without_spills(kernel: str, tmp_path) -> None:
+@pytest.mark.parametrize("kernel, copies", [("cands", 1), ("cands", 4), ("write", 1),
+                                            ("write", 4)])
+def test_dsa_select_kernels_compile_without_spills(kernel: str, copies: int, tmp_path) -> None:
     """The segmented select's kernels at GLM-5.3-Flash's size compile in their GPU form (the PDL
     wait in), each write program holding its row's candidates' keys in registers: ptxas gives
     write 72 registers, cands 80, neither spilling (the ticketed cands before: 128 registers
@@ -298,6 +299,6 @@ def test_dsa_select_kernels_compile_without_spills(kernel: str, tmp_path) -> Non
     spec = DSASpec(32, 128, 2048, 4, True, 64)
     with overrides(interpret=False):
         source = dsa_emitter.source("probe", spec)
-    k = _sm90(tmp_path, source, f"probe_{kernel}", SELECT_TYPES, {"GB": dsa_select.GB},
-              dsa_select.WARPS, 3)
+    k = _sm90(tmp_path, source, f"probe_{kernel}", SELECT_TYPES,
+              {"GB": dsa_select.GB, "CP": copies}, dsa_select.WARPS, 3)
     assert k["registers"] <= 128 and k["spill_bytes"] == 0, k

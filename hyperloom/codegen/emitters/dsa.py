@@ -117,7 +117,7 @@ def {name}(qi_ptr, w_ptr, slot_ptr, pos_ptr, pc_ptr, sc_ptr, hist_ptr, cnt_ptr, 
         P: tl.constexpr = {spec.kpool}, BP: tl.constexpr = {BP}, IT: tl.constexpr = 1,
         SCALE: tl.constexpr = {spec.head_dim ** -0.5!r},
         WSCALE: tl.constexpr = {spec.heads ** -0.5!r}, NB: tl.constexpr = {1 << dsa_select.TOP},
-        CP: tl.constexpr = {dsa_select.COPIES},
+        CP: tl.constexpr = 1,
         K: tl.constexpr = {spec.topk // spec.kpool}):
 {pdl("    ")}    r = tl.program_id(0).to(tl.int64)
     s = tl.load(slot_ptr + r).to(tl.int64)
@@ -204,7 +204,7 @@ def launch(kernels, spec: DSASpec, *, qi: torch.Tensor, w: torch.Tensor, ki: tor
     score[(rows, cdiv(max(1, pools), BP * it))](
         qi, w, slot, pos, pooled, work.scores, work.hist, work.counts, qi.stride(0), w.stride(0),
         pooled.stride(0), pooled.stride(1), work.scores.stride(0), pools, int(count), IT=it,
-        num_warps=WARPS)
+        CP=dsa_select.copies(rows), num_warps=WARPS)
     try:
         dsa_select.launch_select(top, work=work, slot=slot, pos=pos, out=out, rows=rows,
                                  pools=pools, counted=True)

@@ -36,10 +36,18 @@ from hyperloom.errors import require
 # program each (one program a row took 115.6 us at 32768 pools, 31.4 at 8192: BENCHMARKS)
 SMALL_BLOCK, SMALL_POOLS, SEG = 1024, 2048, 1024
 TOP = 12  # key bits of the segmented select's first histogram (one bin: 1/8 of an octave)
-COPIES = 1  # copies of each row's histogram: program g counts into copy g % COPIES (fewer
-# atomics on one bin at a time), cands sums them
+# copies of each row's histogram at `rows` rows (copies()): program g counts into copy g % CP,
+# cands sums them. At one row the score kernel's atomics crowd a few dozen bins: 4 copies took
+# the indexer at 128K from 23.6 to 20.2 us on an H100 (8: 22.2); at 16 rows the atomics of
+# the rows interleave, and 4 copies cost 2.6 us (cands' loads; BENCHMARKS, thirtieth session)
+MAX_COPIES = 4
 GB = 32  # segments' counts summed per load
 WARPS, SELECT_WARPS = 4, 8  # a segment's program; a row's selection in one program: more threads
+
+
+def copies(rows: int) -> int:
+    """Copies of each row's histogram in a step of `rows` rows (rows x copies >= MAX_COPIES)."""
+    return max(1, MAX_COPIES // max(1, rows))
 
 
 def segments(pools: int) -> int:
@@ -212,7 +220,7 @@ def source(name: str, spec: DSASpec) -> str:
               f"TAIL: tl.constexpr = {spec.select_tail and p > 1}, "
               f"FILL: tl.constexpr = {min(1024, next_power_of_2(spec.topk))}, "
               f"SEG: tl.constexpr = {SEG}, TOP: tl.constexpr = {TOP}, "
-              f"NB: tl.constexpr = {1 << TOP}, CP: tl.constexpr = {COPIES}")
+              f"NB: tl.constexpr = {1 << TOP}")
     visible = pdl("    ") + '''    r = tl.program_id(0).to(tl.int64)
     s = tl.load(slot_ptr + r)
     p = tl.load(pos_ptr + r)
@@ -232,7 +240,8 @@ def {name}(sc_ptr, slot_ptr, pos_ptr, out_ptr, ssc, so, npools, BLOCK: tl.conste
 
 
 @triton.jit
-def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, cnt_ptr, ssc, npools, {consts}):
+def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, cnt_ptr, ssc, npools, CP: tl.constexpr,
+        {consts}):
 {visible}    g = tl.program_id(1)
     j = g * SEG + tl.arange(0, SEG)
     if n > K:
@@ -244,7 +253,7 @@ def {name}_hist(sc_ptr, slot_ptr, pos_ptr, hist_ptr, cnt_ptr, ssc, npools, {cons
 
 @triton.jit
 def {name}_cands(sc_ptr, slot_ptr, pos_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr, cand_ptr,
-        ssc, scand, npools, segs_cap, {consts}):
+        ssc, scand, npools, segs_cap, CP: tl.constexpr, {consts}):
 {visible}    g = tl.program_id(1)
     if (n > K) & (g * SEG < n):  # dense rows (n <= K) take every pool: nothing to find
         bins = tl.arange(0, NB)
@@ -269,7 +278,8 @@ def {name}_cands(sc_ptr, slot_ptr, pos_ptr, hist_ptr, state_ptr, sure_ptr, cnt_p
 
 @triton.jit
 def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, hist_ptr, state_ptr, sure_ptr, cnt_ptr,
-        cand_ptr, ssc, so, scand, npools, segs_cap, GB: tl.constexpr, {consts}):
+        cand_ptr, ssc, so, scand, npools, segs_cap, GB: tl.constexpr, CP: tl.constexpr,
+        {consts}):
 {visible}    g = tl.program_id(1)
     segs = (n + SEG - 1) // SEG
     thr = n.to(tl.int64) * 0 - 1  # dense: every pool, those before this segment included
@@ -297,8 +307,9 @@ def {name}_write(sc_ptr, slot_ptr, pos_ptr, out_ptr, hist_ptr, state_ptr, sure_p
 @dataclass(frozen=True)
 class Work:
     """Scratch of up to max_rows rows: pool scores fp32 [rows, S // P]; for the segmented
-    select (else one element each): the top-bits histograms int32 [rows, COPIES * 2^TOP]
-    (zero between steps), the K-th key's bin and its rank among the bin's keys int32 [rows, 2], each
+    select (else one element each): the top-bits histograms int32 [max(rows, MAX_COPIES),
+    2^TOP] (a step of m rows keeps copy c of row r at row r * copies(m) + c; zero between
+    steps), the K-th key's bin and its rank among the bin's keys int32 [rows, 2], each
     segment's keys above that bin int32 [rows, segments], the candidates' counts int32 [rows]
     (zeroed by the kernel that counts the histogram) and the candidates (pool indices) int32
     [rows, S // P]."""
@@ -317,7 +328,8 @@ def scratch(max_rows: int, pooled: torch.Tensor) -> Work:
     rows = max_rows if segs else 1
     i32 = dict(dtype=torch.int32, device=dev)
     return Work(torch.empty((max_rows, pools), dtype=torch.float32, device=dev),
-                torch.zeros((rows, COPIES << TOP if segs else 1), **i32),
+                torch.zeros((max(rows, MAX_COPIES) if segs else 1, 1 << TOP if segs else 1),
+                            **i32),
                 torch.empty((rows, 2), **i32), torch.empty((rows, max(1, segs)), **i32),
                 torch.zeros((rows,), **i32),
                 torch.empty((rows, pools if segs else 1), **i32))
@@ -335,7 +347,8 @@ def fits(spec: DSASpec, work: Work, out: torch.Tensor, rows: int, pools: int) ->
     require(sc.shape[0] >= rows and sc.shape[1] >= pools and sc.stride(1) == 1,
             lambda: f"DSA score scratch {tuple(sc.shape)} does not fit {rows} rows x {pools} "
                     "pools")
-    require(not segs or (work.hist.shape == (work.sure.shape[0], COPIES << TOP)
+    require(not segs or (work.hist.shape[1] == 1 << TOP
+                         and work.hist.shape[0] >= rows * copies(rows)
                          and work.counts.shape == (work.sure.shape[0],)
                          and work.state.shape == (work.sure.shape[0], 2)
                          and work.sure.shape[0] >= rows and work.sure.shape[1] >= segs
@@ -364,12 +377,12 @@ def launch_select(kernels, *, work: Work, slot: torch.Tensor, pos: torch.Tensor,
         one[(rows,)](sc, slot, pos, out, sc.stride(0), out.stride(0), pools,
                      BLOCK=SMALL_BLOCK, num_warps=SELECT_WARPS)
         return
-    w, cap = work, work.sure.shape[1]
+    w, cap, cp = work, work.sure.shape[1], copies(rows)
     if not counted:
-        hist[(rows, segs)](sc, slot, pos, w.hist, w.counts, sc.stride(0), pools,
+        hist[(rows, segs)](sc, slot, pos, w.hist, w.counts, sc.stride(0), pools, CP=cp,
                            num_warps=WARPS)
     cands[(rows, segs)](sc, slot, pos, w.hist, w.state, w.sure, w.counts, w.cands, sc.stride(0),
-                        w.cands.stride(0), pools, cap, num_warps=WARPS)
+                        w.cands.stride(0), pools, cap, CP=cp, num_warps=WARPS)
     write[(rows, segs)](sc, slot, pos, out, w.hist, w.state, w.sure, w.counts, w.cands,
                         sc.stride(0), out.stride(0), w.cands.stride(0), pools, cap, GB=GB,
-                        num_warps=WARPS)
+                        CP=cp, num_warps=WARPS)
