@@ -383,9 +383,9 @@ def test_dense_rows_read_no_index() -> None:
 def test_segmented_select_counted_by_the_score_kernel(block_size: int, most: int,
                                                       monkeypatch) -> None:
     """Caches of 16 pools select in segments of 4 (SMALL_POOLS 4): the score kernel counts the
-    histogram (in copies up to `most`: 3-row steps take most // 3) as it scores, the
-    selection clears it; prompts in chunks, then decode steps of two sequences and a padding
-    row, then of one sequence."""
+    histogram (in max(1, most // rows) copies: 3-row steps 1 or 2, 1-row steps `most`) as it
+    scores, the selection clears it; prompts in chunks, then decode steps of two sequences and
+    a padding row, then of one sequence."""
     monkeypatch.setattr(dsa_select, "MAX_COPIES", most)
     monkeypatch.setattr(dsa_select, "SMALL_POOLS", 4)
     monkeypatch.setattr(dsa_select, "SEG", 4)
