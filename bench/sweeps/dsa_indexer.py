@@ -7,7 +7,9 @@ groups "indexer", "score" and "scored" (score + select) are timed as the bench t
 alternating rounds. A variant is "committed" or a file defining the module's API, most simply
 through `variant.make(..., host=dsa)`. With `--mla` the variants are of the sparse MLA attention
 (`emitters.mla`, `host=mla`; a variant's MAX_SPLITS sizes its scratch), and the groups "attend"
-and "mla" (absorb + attend + merge) are timed.
+and "mla" (absorb + attend + merge) are timed. `--group NAME=MASK` times one more group of the
+indexer's kernels (MASK: a 0/1 digit a kernel in `dsa.kernel_names` order, say cands=010010 for
+score + cands) as a diagnostic of where a step's time goes.
 
     python bench/sweeps/dsa_indexer.py --batch 16 --ctx 131072 committed my_variant.py
 
@@ -38,9 +40,11 @@ def load_variant(path: str, tag: str, host=dsa):
     return common.load_variant(path, f"{host.__name__.rsplit('.', 1)[1]}_{tag}", host)
 
 
-def sweep_one(mod, tag: str, bench: bench_dsa.DSABench, st, check: bool, host=dsa) -> dict:
+def sweep_one(mod, tag: str, bench: bench_dsa.DSABench, st, check: bool, host=dsa,
+              extra: dict | None = None) -> dict:
     """{"tag", "near_ties"} and, on a GPU, each timed group's µs: the variant `mod` of the
-    emitter `host` (dsa: the indexer, mla: the attention) in the bench's place."""
+    emitter `host` (dsa: the indexer, mla: the attention) in the bench's place; extra: more
+    groups {name: the indexer's 0/1 mask}."""
     part = 0 if host is dsa else 1
     spec = (bench.index, bench.attn)[part]
     (ours,) = load_emitters(bench.device, (mod, spec, f"sweep_{tag}"))
@@ -59,7 +63,10 @@ def sweep_one(mod, tag: str, bench: bench_dsa.DSABench, st, check: bool, host=ds
             ties = bench._check(f"variant {tag}", st)[1] if check else None
             res = {"tag": tag, "near_ties": ties}
             if bench.device.type == "cuda":
-                res |= {g: bench._time(st, bench_dsa.GROUPS[g]) * 1e6 for g in TIMED[host]}
+                groups = {g: bench_dsa.GROUPS[g] for g in TIMED[host]} | {
+                    g: (m, (0,) * 4) for g, m in (extra or {}).items()}
+                res |= {g: bench._time(st, m) * 1e6 for g, m in groups.items()}
+                st.select.hist.zero_()  # a group without the write leaves its counts there
     finally:
         bench.kernels, host.launch, st.work = saved
     return res
@@ -74,7 +81,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--no-check", action="store_true",
                     help="time variants without checking them (diagnostics)")
     ap.add_argument("--mla", action="store_true", help="variants of the MLA attention")
+    ap.add_argument("--group", action="append", default=[], metavar="NAME=MASK",
+                    help="also time the indexer kernels of MASK (0/1 each, kernel_names order)")
     args = ap.parse_args(argv)
+    extra = {}
+    for g in args.group:
+        name, _, mask = g.partition("=")
+        if args.mla or len(mask) != 6 or set(mask) - {"0", "1"}:
+            ap.error(f"--group {g!r}: NAME=MASK with six 0/1 digits, indexer variants only")
+        extra[name] = tuple(int(b) for b in mask)
     host = mla if args.mla else dsa
     gpu, dev, dtype = common.device()
     bench = bench_dsa.DSABench(hyperloom.build("llama", "tiny"), dev, dtype,
@@ -84,8 +99,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     results = []
     for _ in range(args.rounds or (2 if gpu else 1)):
         for i, (path, mod) in enumerate(zip(args.variants, mods)):
-            r = sweep_one(mod, f"v{i}", bench, st, not args.no_check, host) | {"variant": path}
-            times = ", ".join(f"{g} {r[g]:.1f}" for g in TIMED[host] if g in r)
+            r = sweep_one(mod, f"v{i}", bench, st, not args.no_check, host, extra) | {
+                "variant": path}
+            times = ", ".join(f"{g} {r[g]:.1f}" for g in (*TIMED[host], *extra) if g in r)
             print(f"[v{i}] {path}: near ties {r['near_ties']}{' | ' + times if times else ''}",
                   flush=True)
             results.append(r)
