@@ -174,6 +174,17 @@ def test_dsa_indexer_variants_are_checked(tmp_path) -> None:
         module.main(["committed", short, "--batch", "2"])
 
 
+def test_queued_dsa_select_variants_pass_the_check() -> None:
+    """The queued variants of the segmented DSA select (bench/sweeps/queued/dsa_select) patch
+    the committed source as it stands and pass the bench's check at 3008 pools (three segments
+    of the select), beside the committed kernels."""
+    paths = sorted(str(p) for p in (SWEEPS / "queued" / "dsa_select").glob("*.py"))
+    assert len(paths) >= 4, paths
+    got = _sweep("dsa_indexer").main(["committed", *paths, "--batch", "3", "--ctx", "12000"])
+    assert [r["variant"] for r in got] == ["committed", *paths], got
+    assert all(r["near_ties"] is not None for r in got), got
+
+
 def test_hc_finish_forms_are_checked() -> None:
     """bench/sweeps/hc_rows.py on the CPU: both finish forms (4 rows: the streams form; 20: the
     row form) and the wide form (also with its gates in another tiling, then timed alone) match
