@@ -49,6 +49,4 @@ def cands_first(source: str, name: str) -> str:
 
 TEXT = [cands_first, (WRITE_HEAD, WRITE_HEAD + WRITE_LOAD), (EMIT, EMIT_KEYS),
         ("\n@triton.jit\ndef _finish(", HELPER + "\n@triton.jit\ndef _finish(")]
-
-if __name__.startswith("sweep_variant"):
-    globals().update(make(text=TEXT, host=dsa))
+globals().update(make(text=TEXT, host=dsa))
